@@ -1,0 +1,465 @@
+"""The agent's configuration: one TOML file plus drop-ins, parsed, validated and diffed.
+
+Everything here is pure apart from reading the files, so the agent can load a new configuration,
+reject it with an operator-readable ConfigError, or diff it against the running one before
+touching any device plugin.
+
+The format (the main file and every drop-in share it)::
+
+    [agent]
+    device_plugin_dir = "/var/lib/kubelet/device-plugins"   # optional, absolute
+
+    [resources]
+    "example.com/token" = 2                # shorthand: a count
+
+    [resources."example.com/license"]      # long form
+    count = 5                              # required
+    env = "LICENSE_SEATS"                  # optional; default: default_env_name(name)
+
+Drop-ins (``<stem>.d/*.toml`` next to the main file, in lexical order) override the main file:
+later files replace a whole resource definition and individual [agent] keys.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from token_resource._compat import tomllib
+
+DEFAULT_CONFIG_PATH = Path("/etc/token-resource.toml")
+DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+# A ListAndWatch list of 100k "token-N" devices is ~2.5 MB, under the kubelet's 4 MiB gRPC limit.
+MAX_COUNT = 100_000
+
+# Allowed keys per section: a new setting starts here.
+TOP_LEVEL_KEYS = frozenset({"agent", "resources"})
+AGENT_KEYS = frozenset({"device_plugin_dir"})
+RESOURCE_KEYS = frozenset({"count", "env"})
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
+_NAME_PART = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_MAX_NAME_PART_LENGTH = 63
+# The kubelet also requires "requests." + name to be a valid qualified name (the resource's
+# quota key), which leaves the domain 9 characters short of a DNS subdomain's 253.
+_QUOTA_PREFIX = "requests."
+_MAX_DOMAIN_LENGTH = 253 - len(_QUOTA_PREFIX)
+# The kubelet treats any name containing "kubernetes.io/" as a native resource.
+_RESERVED_DOMAIN_SUFFIX = "kubernetes.io"
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""
+_DOTTED_KEY = rf"{_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART})*"
+_TABLE_HEADER = re.compile(rf"[ \t]*\[\[?[ \t]*({_DOTTED_KEY})[ \t]*\]")
+_KEY_VALUE = re.compile(rf"[ \t]*({_DOTTED_KEY})[ \t]*=")
+_CONTAINER_NAMES: Mapping[type, str] = {list: "an array", dict: "a table"}
+_DECODE_POSITION = re.compile(r"(?P<reason>.*) \(at line (?P<line>\d+), column \d+\)")
+
+
+class ConfigError(Exception):
+    """A configuration the agent cannot use, explained in one operator-readable paragraph.
+
+    str(error) names the file, the line (where known) and the dotted key path, then the reason.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        file: Path | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.file = file
+        self.key = key
+        self.line = line
+        self.reason = reason
+        location = [
+            *([str(file)] if file is not None else []),
+            *([f"line {line}"] if line is not None else []),
+            *([f"key {key}"] if key is not None else []),
+        ]
+        super().__init__(f"{', '.join(location)}: {reason}" if location else reason)
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """One extended resource: `count` devices named to pods through the `env` variable."""
+
+    name: str
+    count: int
+    env: str
+    source: Path
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    device_plugin_dir: Path = DEFAULT_DEVICE_PLUGIN_DIR
+
+
+@dataclass(frozen=True)
+class Config:
+    agent: AgentSettings
+    resources: Mapping[str, ResourceSpec]
+    files: tuple[Path, ...]
+
+    def __post_init__(self) -> None:
+        # Immutable and in a stable order however it was built, so that holders of a Config can
+        # share it and log or serve its resources deterministically.
+        ordered = {name: self.resources[name] for name in sorted(self.resources)}
+        object.__setattr__(self, "resources", MappingProxyType(ordered))
+
+
+@dataclass(frozen=True)
+class ConfigDiff:
+    added: tuple[ResourceSpec, ...]
+    removed: tuple[ResourceSpec, ...]
+    changed: tuple[tuple[ResourceSpec, ResourceSpec], ...]
+    unchanged: tuple[ResourceSpec, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def default_env_name(resource_name: str) -> str:
+    """E.g. "example.com/token" -> "TOKEN_RESOURCE_EXAMPLE_COM_TOKEN"."""
+    return "TOKEN_RESOURCE_" + re.sub(r"[^A-Za-z0-9]+", "_", resource_name).upper()
+
+
+def dropin_dir(main: Path) -> Path:
+    """E.g. /etc/token-resource.toml -> /etc/token-resource.d."""
+    return main.parent / f"{main.stem}.d"
+
+
+def config_files(main: Path) -> list[Path]:
+    """The main file, then its drop-ins in the order they apply; no drop-in directory is fine."""
+    directory = dropin_dir(main)
+    try:
+        dropins = sorted(
+            (path for path in directory.iterdir() if _is_dropin(path)), key=lambda p: p.name
+        )
+    except FileNotFoundError:
+        return [main]
+    except OSError as error:
+        raise ConfigError(
+            f"cannot list the drop-in directory: {_os_reason(error)}", file=directory
+        ) from None
+    return [main, *dropins]
+
+
+def load_config(main: Path) -> Config:
+    """Read and parse the main file and its drop-ins; every failure is a ConfigError."""
+    return parse_config([(path, _read_text(path)) for path in config_files(main)])
+
+
+def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
+    """Build a Config from (path, text) pairs: the main file first, then its drop-ins."""
+    agent: dict[str, Any] = {}
+    resources: dict[str, ResourceSpec] = {}
+    for path, text in documents:
+        document = _parse_document(path, text)
+        agent.update(document.agent)
+        resources.update(document.resources)
+    _check_unique_env(resources, dict(documents))
+    return Config(
+        agent=AgentSettings(**agent),
+        resources=resources,
+        files=tuple(path for path, _ in documents),
+    )
+
+
+def diff_configs(old: Config, new: Config) -> ConfigDiff:
+    """Compare resources by name; each part of the result is sorted by name."""
+    before, after = old.resources, new.resources
+    common = sorted(before.keys() & after.keys())
+    return ConfigDiff(
+        added=tuple(after[name] for name in sorted(after.keys() - before.keys())),
+        removed=tuple(before[name] for name in sorted(before.keys() - after.keys())),
+        changed=tuple(
+            (before[name], after[name]) for name in common if _differs(before[name], after[name])
+        ),
+        unchanged=tuple(after[name] for name in common if not _differs(before[name], after[name])),
+    )
+
+
+def _differs(old: ResourceSpec, new: ResourceSpec) -> bool:
+    # Moving a definition to another file changes nothing the kubelet or a pod can see.
+    return replace(old, source=new.source) != new
+
+
+# Reading
+
+
+def _is_dropin(path: Path) -> bool:
+    # Hidden names are editors' lock and backup files (Emacs's ".#x.toml" is even a dangling
+    # symlink). Anything else is kept, dangling symlinks included, so a broken drop-in is
+    # reported instead of silently ignored.
+    return path.suffix == ".toml" and not path.name.startswith(".") and not path.is_dir()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read: {_os_reason(error)}", file=path) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"invalid UTF-8: {error.reason} at byte {error.start}",
+            file=path,
+            line=data.count(b"\n", 0, error.start) + 1,
+        ) from None
+
+
+def _os_reason(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+# Parsing and validation
+
+
+class _Invalid(Exception):
+    """A validation failure inside one document, before its file and line are attached."""
+
+    def __init__(self, key_path: tuple[str, ...], reason: str) -> None:
+        super().__init__(reason)
+        self.key_path = key_path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class _Document:
+    agent: Mapping[str, Any]
+    resources: Mapping[str, ResourceSpec]
+
+
+def _parse_document(path: Path, text: str) -> _Document:
+    table = _parse_toml(path, text)
+    try:
+        _check_keys(table, TOP_LEVEL_KEYS, ())
+        return _Document(
+            agent=_parse_agent(_section(table, "agent")),
+            resources=_parse_resources(_section(table, "resources"), path),
+        )
+    except _Invalid as error:
+        raise ConfigError(
+            error.reason,
+            file=path,
+            key=_format_key(error.key_path),
+            line=_find_line(text, error.key_path),
+        ) from None
+
+
+def _parse_toml(path: Path, text: str) -> dict[str, Any]:
+    try:
+        table: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        position = _DECODE_POSITION.fullmatch(str(error))
+        if position is None:
+            raise ConfigError(f"invalid TOML: {error}", file=path) from None
+        raise ConfigError(
+            f"invalid TOML: {position['reason']}", file=path, line=int(position["line"])
+        ) from None
+    except RecursionError:
+        # tomllib recurses once per nesting level of arrays and inline tables.
+        raise ConfigError("invalid TOML: values are nested too deeply", file=path) from None
+    return table
+
+
+def _section(table: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = table.get(name, {})
+    if not isinstance(value, dict):
+        raise _Invalid((name,), f"{name} must be a table, got {_describe(value)}")
+    return value
+
+
+def _check_keys(table: Mapping[str, Any], allowed: frozenset[str], path: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise _Invalid(
+                (*path, key), f"unknown key {_quote(key)}; allowed: {', '.join(sorted(allowed))}"
+            )
+
+
+def _parse_agent(table: Mapping[str, Any]) -> dict[str, Any]:
+    _check_keys(table, AGENT_KEYS, ("agent",))
+    settings: dict[str, Any] = {}
+    if "device_plugin_dir" in table:
+        settings["device_plugin_dir"] = _parse_absolute_path(
+            table["device_plugin_dir"], ("agent", "device_plugin_dir")
+        )
+    return settings
+
+
+def _parse_absolute_path(value: object, key_path: tuple[str, ...]) -> Path:
+    # NUL cannot occur in a path; letting it through would fail later, far from the config.
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+        raise _Invalid(key_path, f"{key_path[-1]} must be an absolute path, got {_describe(value)}")
+    return Path(value)
+
+
+def _parse_resources(table: Mapping[str, Any], source: Path) -> dict[str, ResourceSpec]:
+    return {name: _parse_resource(name, value, source) for name, value in table.items()}
+
+
+def _parse_resource(name: str, value: object, source: Path) -> ResourceSpec:
+    key_path = ("resources", name)
+    problem = _resource_name_problem(name)
+    if problem is not None:
+        raise _Invalid(key_path, problem)
+    if not isinstance(value, dict):
+        return ResourceSpec(name, _parse_count(value, key_path), default_env_name(name), source)
+    _check_keys(value, RESOURCE_KEYS, key_path)
+    if "count" not in value:
+        raise _Invalid(key_path, "count is required when a resource is given as a table")
+    count = _parse_count(value["count"], (*key_path, "count"))
+    env = _parse_env(value["env"], (*key_path, "env")) if "env" in value else default_env_name(name)
+    return ResourceSpec(name, count, env, source)
+
+
+def _parse_count(value: object, key_path: tuple[str, ...]) -> int:
+    # bool is an int subclass in Python, but `count = true` is a mistake, not a 1.
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise _Invalid(
+            key_path, f"count must be an integer between 0 and {MAX_COUNT}, got {_describe(value)}"
+        )
+    return value
+
+
+def _parse_env(value: object, key_path: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        raise _Invalid(
+            key_path,
+            "env must be an environment variable name (letters, digits and '_', not starting"
+            f" with a digit), got {_describe(value)}",
+        )
+    return value
+
+
+def _resource_name_problem(name: str) -> str | None:
+    """Why the kubelet would refuse `name` as an extended resource name, or None if it would not."""
+    if name.count("/") != 1:
+        return 'a resource name must be "<domain>/<name>" with exactly one "/"'
+    if name.startswith(_QUOTA_PREFIX):
+        return f'a resource name must not start with "{_QUOTA_PREFIX}" (reserved for quotas)'
+    domain, _, part = name.partition("/")
+    return _domain_problem(domain) or _name_part_problem(part)
+
+
+def _domain_problem(domain: str) -> str | None:
+    if not domain:
+        return 'the domain before "/" is empty'
+    if len(domain) > _MAX_DOMAIN_LENGTH:
+        return f"the domain is longer than {_MAX_DOMAIN_LENGTH} characters"
+    if not _DNS_SUBDOMAIN.fullmatch(domain):
+        return (
+            f"the domain {_quote(domain)} is not a DNS subdomain: lowercase letters, digits, '-'"
+            " and '.', each dot-separated label starting and ending with a letter or digit"
+        )
+    if domain.endswith(_RESERVED_DOMAIN_SUFFIX):
+        return f"the domain {_quote(domain)} is reserved: kubernetes.io names are native resources"
+    return None
+
+
+def _name_part_problem(part: str) -> str | None:
+    if not part:
+        return 'the name after "/" is empty'
+    if len(part) > _MAX_NAME_PART_LENGTH:
+        return f'the name after "/" is longer than {_MAX_NAME_PART_LENGTH} characters'
+    if not _NAME_PART.fullmatch(part):
+        return (
+            f"the name after \"/\" ({_quote(part)}) must consist of letters, digits, '-', '_'"
+            " and '.', starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _check_unique_env(resources: Mapping[str, ResourceSpec], texts: Mapping[Path, str]) -> None:
+    # One container may request several resources; each needs its own variable.
+    users: dict[str, ResourceSpec] = {}
+    for name in sorted(resources):
+        spec = resources[name]
+        other = users.setdefault(spec.env, spec)
+        if other is not spec:
+            key_path = ("resources", name)
+            raise ConfigError(
+                f"env {_quote(spec.env)} is also the env of resource {_quote(other.name)}"
+                f" (defined in {other.source}); set a different env for one of them",
+                file=spec.source,
+                key=_format_key(key_path),
+                line=_find_line(texts[spec.source], key_path),
+            )
+
+
+# Messages
+
+
+def _quote(text: str) -> str:
+    # A TOML basic string: escapes control characters, so messages stay on one line.
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _format_key(key_path: tuple[str, ...]) -> str:
+    return ".".join(part if _BARE_KEY.fullmatch(part) else _quote(part) for part in key_path)
+
+
+def _describe(value: object) -> str:
+    """A value as a message shows it, in TOML spelling where it has one."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return _quote(value)
+    return _CONTAINER_NAMES.get(type(value), f"a {type(value).__name__}")
+
+
+def _find_line(text: str, key_path: tuple[str, ...]) -> int | None:
+    """Best-effort line number of key_path's definition, which tomllib does not report.
+
+    Falls back to the nearest enclosing key that can be found, e.g. to the resource itself for
+    a key inside an inline table.
+    """
+    for length in range(len(key_path), 0, -1):
+        line = _first_line_defining(text, key_path[:length])
+        if line is not None:
+            return line
+    return None
+
+
+def _first_line_defining(text: str, key_path: tuple[str, ...]) -> int | None:
+    """The first `[table]` header or `key = ` line that defines key_path or a key inside it."""
+    table: tuple[str, ...] | None = ()  # None: under a header that could not be read
+    for number, line in enumerate(text.split("\n"), start=1):
+        header = _TABLE_HEADER.match(line)
+        if header:
+            table = defined = _split_key(header[1])
+        else:
+            assignment = _KEY_VALUE.match(line)
+            key = _split_key(assignment[1]) if assignment else None
+            defined = table + key if table is not None and key is not None else None
+        if defined is not None and defined[: len(key_path)] == key_path:
+            return number
+    return None
+
+
+def _split_key(dotted_key: str) -> tuple[str, ...] | None:
+    # tomllib unquotes and unescapes the parts, so TOML's string rules live in one place.
+    try:
+        node: object = tomllib.loads(f"{dotted_key} = 0")
+    except tomllib.TOMLDecodeError:
+        return None
+    parts: list[str] = []
+    while isinstance(node, dict):
+        key, node = next(iter(node.items()))
+        parts.append(key)
+    return tuple(parts)
