@@ -1,0 +1,5 @@
+import sys
+
+from token_resource.cli import main
+
+sys.exit(main())

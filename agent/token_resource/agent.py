@@ -1,0 +1,235 @@
+"""The composition root: builds the agent's parts, runs its event loop, and shuts it down.
+
+Data flows one way: file → validated config → diff → plugin servers → kubelet. Everything runs
+on one asyncio loop; watchdog's thread and signal handlers only hand events to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Coroutine
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from token_resource.config import (
+    Config,
+    ConfigDiff,
+    ConfigError,
+    diff_configs,
+    dropin_dir,
+    load_config,
+)
+from token_resource.control import Answer, ControlServer
+from token_resource.fswatch import DirectoryWatcher, FileEvent
+from token_resource.lock import directory_lock
+from token_resource.notify import SystemdNotifier
+from token_resource.protocol import KUBELET_SOCKET
+from token_resource.reconciler import Reconciler
+from token_resource.sockets import is_agent_socket_name, remove_stale_sockets
+
+log = logging.getLogger(__name__)
+
+# Editors and configuration management write a file in several steps; wait for them to finish.
+RELOAD_SETTLE_SECONDS = 0.02
+_STATUS_LISTED = 5
+_STATUS_ERROR_CHARS = 300
+
+
+class Agent:
+    def __init__(
+        self, config: Config, config_path: Path, control_socket: Path, notifier: SystemdNotifier
+    ) -> None:
+        """Construct inside the running loop (Python 3.9's asyncio primitives bind to it)."""
+        self._initial = config
+        # Nothing is served until run() applies the initial config as a diff from nothing.
+        self._config = Config(agent=config.agent, resources=MappingProxyType({}), files=())
+        self._config_path = config_path
+        self._dropin_dir = dropin_dir(config_path)
+        self._notifier = notifier
+        self._control = ControlServer(control_socket, self._on_control)
+        self._reconciler = Reconciler(config.agent.device_plugin_dir, self._publish_status)
+        self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
+        self._stop = asyncio.Event()
+        self._reload_lock = asyncio.Lock()
+        self._pending_reload: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._last_error: str | None = None
+
+    async def run(self) -> None:
+        """Serve until SIGTERM or SIGINT, then remove every socket of ours."""
+        loop = asyncio.get_running_loop()
+        directory = self._config.agent.device_plugin_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        with directory_lock(directory):
+            remove_stale_sockets(directory)
+            try:
+                await self._control.start()
+                self._watch_files()
+                self._watcher.start()
+                self._install_signal_handlers(loop)
+                await self._apply(self._initial)
+                self._notifier.ready(self._status())
+                log.info("ready: %s", self._status())
+                if self._notifier.watchdog_interval is not None:
+                    self._spawn(self._ping_watchdog(self._notifier.watchdog_interval))
+                await self._stop.wait()
+                self._notifier.stopping()
+                log.info("stopping: removing sockets")
+            finally:
+                await self._shut_down(loop)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def reload(self, trigger: str) -> Answer:
+        """Apply the files if they are valid; otherwise keep serving what runs and say why."""
+        async with self._reload_lock:
+            self._notifier.reloading()
+            try:
+                config = load_config(self._config_path)
+                self._check_restart_only_settings(config)
+            except ConfigError as error:
+                self._last_error = str(error)
+                log.error(
+                    "reload (%s) rejected, the previous configuration stays: %s", trigger, error
+                )
+                answer = (False, str(error))
+            else:
+                diff = await self._apply(config)
+                self._last_error = None
+                log.info("reload (%s): %s", trigger, _describe(diff))
+                answer = (True, _describe(diff))
+            self._notifier.ready(self._status())
+            return answer
+
+    async def _apply(self, config: Config) -> ConfigDiff:
+        diff = diff_configs(self._config, config)
+        await self._reconciler.apply(diff)
+        self._config = config
+        return diff
+
+    def _check_restart_only_settings(self, config: Config) -> None:
+        running, wanted = self._config.agent.device_plugin_dir, config.agent.device_plugin_dir
+        if wanted != running:
+            raise ConfigError(
+                f"device_plugin_dir changed from {running} to {wanted}: this takes a restart "
+                "of the agent, not a reload",
+                file=self._config_path,
+                key="agent.device_plugin_dir",
+            )
+
+    def _watch_files(self) -> None:
+        self._watcher.watch(self._config.agent.device_plugin_dir)
+        self._watcher.watch(self._config_path.parent)
+        if self._dropin_dir.is_dir():
+            self._watcher.watch(self._dropin_dir)
+
+    def _on_file_event(self, event: FileEvent) -> None:
+        if event.kind in ("opened", "closed_no_write"):
+            return
+        directory = self._config.agent.device_plugin_dir
+        if event.path.parent == directory or (event.dest and event.dest.parent == directory):
+            self._on_socket_event(event)
+        if self._is_config_event(event):
+            if event.touches(self._dropin_dir) and event.kind in ("created", "moved"):
+                self._watcher.watch(self._dropin_dir)
+            self._reload_soon()
+
+    def _on_socket_event(self, event: FileEvent) -> None:
+        kubelet_socket = self._config.agent.device_plugin_dir / KUBELET_SOCKET
+        if (event.kind == "created" and event.path == kubelet_socket) or (
+            event.kind == "moved" and event.dest == kubelet_socket
+        ):
+            self._reconciler.kubelet_started()
+        elif event.kind in ("deleted", "moved") and event.path == kubelet_socket:
+            self._reconciler.kubelet_stopped()
+        elif event.kind in ("deleted", "moved") and is_agent_socket_name(event.path.name):
+            self._reconciler.socket_removed(event.path.name)
+
+    def _is_config_event(self, event: FileEvent) -> bool:
+        if event.touches(self._config_path) or event.touches(self._dropin_dir):
+            return True
+        return any(
+            path is not None and path.parent == self._dropin_dir and path.suffix == ".toml"
+            for path in (event.path, event.dest)
+        )
+
+    def _reload_soon(self, trigger: str = "file changed") -> None:
+        if self._pending_reload is not None:
+            self._pending_reload.cancel()
+        self._pending_reload = asyncio.get_running_loop().call_later(
+            RELOAD_SETTLE_SECONDS, lambda: self._spawn(self.reload(trigger))
+        )
+
+    async def _on_control(self, command: str) -> Answer:
+        if command == "reload":
+            return await self.reload("reload command")
+        return True, self._status()
+
+    def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Handlers only record the signal; the loop does the work.
+        loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload("SIGHUP")))
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(stop_signal, self.request_stop)
+
+    async def _ping_watchdog(self, interval: float) -> None:
+        # From the loop itself: if the loop hangs, the pings stop and systemd restarts us.
+        while True:
+            self._notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _publish_status(self) -> None:
+        self._notifier.status(self._status())
+
+    def _status(self) -> str:
+        """One line for ``systemctl status``: resources, registration, the last config error."""
+        states = self._reconciler.states()
+        if not states:
+            text = "no resources configured"
+        else:
+            listed = ", ".join(f"{state.name}={state.count}" for state in states[:_STATUS_LISTED])
+            if len(states) > _STATUS_LISTED:
+                listed += f", and {len(states) - _STATUS_LISTED} more"
+            if self._reconciler.kubelet_present():
+                registered = sum(state.registered for state in states)
+                where = f"{registered}/{len(states)} registered"
+            else:
+                where = "waiting for the kubelet"
+            text = f"{len(states)} resource(s), {where}: {listed}"
+        if self._last_error:
+            text += f"; last reload rejected: {self._last_error[:_STATUS_ERROR_CHARS]}"
+        return text
+
+    async def _shut_down(self, loop: asyncio.AbstractEventLoop) -> None:
+        for stop_signal in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(stop_signal)
+        self._watcher.stop()
+        if self._pending_reload is not None:
+            self._pending_reload.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._control.close()
+        await self._reconciler.close()
+
+
+def _describe(diff: ConfigDiff) -> str:
+    parts = [
+        *(f"added {spec.name}={spec.count}" for spec in diff.added),
+        *(
+            f"{new.name} {old.count}→{new.count}"
+            if old.count != new.count
+            else f"{new.name} updated"
+            for old, new in diff.changed
+        ),
+        *(f"removed {spec.name}" for spec in diff.removed),
+    ]
+    return ", ".join(parts) if parts else "no change"

@@ -1,0 +1,82 @@
+"""One resource's device-plugin server: serve on its socket, re-serve when the socket is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import grpc
+import grpc.aio
+
+from token_resource.config import ResourceSpec
+from token_resource.protocol import MAX_MESSAGE_BYTES, device_plugin_handler
+from token_resource.servicer import TokenServicer
+from token_resource.sockets import socket_name
+from token_resource.tokens import TokenPool
+
+_SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+class PluginServer:
+    """The gRPC server of one resource on ``<directory>/<socket name>``.
+
+    The kubelet deletes every socket when it restarts, which leaves a running server
+    unreachable: :meth:`serve` then replaces it on a fresh socket. The old server always stops
+    before the new one binds, so that gRPC's unlink of a stopped server's path can never remove
+    the new socket, and the kubelet never sees two servers for one resource.
+    """
+
+    def __init__(self, spec: ResourceSpec, directory: Path) -> None:
+        self.spec = spec
+        self.pool = TokenPool(spec.count)
+        self.endpoint = socket_name(spec.name, directory)
+        self.path = directory / self.endpoint
+        self.log = logging.getLogger(f"token_resource.plugin.{spec.name}")
+        self._servicer = TokenServicer(self.pool, lambda: self.spec, self.log)
+        self._server: grpc.aio.Server | None = None
+        self._inode: int | None = None
+        self._lifecycle = asyncio.Lock()
+
+    def update(self, spec: ResourceSpec) -> None:
+        """Apply new settings in place; open ListAndWatch streams get the new list."""
+        old_count, self.spec = self.pool.count, spec
+        if self.pool.resize(spec.count):
+            self.log.info("count %d → %d", old_count, spec.count)
+
+    def socket_intact(self) -> bool:
+        """Whether the file at our path is still the socket our server listens on."""
+        try:
+            return self._inode is not None and os.lstat(self.path).st_ino == self._inode
+        except FileNotFoundError:
+            return False
+
+    async def serve(self) -> None:
+        """Serve on a fresh socket, replacing a running server."""
+        async with self._lifecycle:
+            await self._stop_server()
+            server = grpc.aio.server(options=_SERVER_OPTIONS)
+            server.add_generic_rpc_handlers((device_plugin_handler(self._servicer),))
+            # gRPC unlinks whatever socket file is in the way before it binds.
+            server.add_insecure_port(f"unix:{self.path}")
+            await server.start()
+            self._server, self._inode = server, os.lstat(self.path).st_ino
+            self.log.debug("serving on %s", self.path)
+
+    async def stop(self) -> None:
+        """Stop serving and remove the socket, if it is still ours."""
+        async with self._lifecycle:
+            intact = self.socket_intact()
+            await self._stop_server()
+            if intact:
+                self.path.unlink(missing_ok=True)
+
+    async def _stop_server(self) -> None:
+        if self._server is not None:
+            server, self._server, self._inode = self._server, None, None
+            # No grace: ListAndWatch streams never end on their own.
+            await server.stop(None)

@@ -1,0 +1,144 @@
+"""Turns the configured resources into running plugin servers and keeps each one registered.
+
+The only place that starts, changes or stops plugin servers. It is driven by the agent with a
+config diff (reload) and with what happens to the kubelet's socket directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from token_resource.config import ConfigDiff, ResourceSpec
+from token_resource.plugin import PluginServer
+from token_resource.protocol import KUBELET_SOCKET
+from token_resource.registration import RegistrationError, register
+
+log = logging.getLogger(__name__)
+
+# Retry quickly at first (a fresh kubelet.sock can exist a moment before it accepts calls),
+# then back off so that a broken kubelet is not hammered.
+FIRST_RETRY_DELAY = 0.05
+MAX_RETRY_DELAY = 5.0
+
+
+@dataclass(frozen=True)
+class PluginState:
+    name: str
+    count: int
+    registered: bool
+
+
+@dataclass
+class _Plugin:
+    server: PluginServer
+    registered: bool = False
+    registering: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class Reconciler:
+    def __init__(self, directory: Path, on_change: Callable[[], None]) -> None:
+        self._directory = directory
+        self._kubelet_socket = directory / KUBELET_SOCKET
+        self._on_change = on_change
+        self._plugins: dict[str, _Plugin] = {}
+
+    def kubelet_present(self) -> bool:
+        try:
+            return stat.S_ISSOCK(self._kubelet_socket.lstat().st_mode)
+        except FileNotFoundError:
+            return False
+
+    def states(self) -> list[PluginState]:
+        return [
+            PluginState(name, plugin.server.pool.count, plugin.registered)
+            for name, plugin in sorted(self._plugins.items())
+        ]
+
+    async def apply(self, diff: ConfigDiff) -> None:
+        """Stop what was removed, update what changed in place, start and register what is new.
+
+        Unchanged resources are not touched: no new socket, no new registration.
+        """
+        for spec in diff.removed:
+            await self._stop(self._plugins.pop(spec.name))
+            log.info("%s: removed; stopped serving", spec.name)
+        for _, spec in diff.changed:
+            self._plugins[spec.name].server.update(spec)
+        for spec in diff.added:
+            await self._start(spec)
+        self._on_change()
+
+    def kubelet_started(self) -> None:
+        """A new kubelet.sock: a (re)started kubelet knows no plugin yet."""
+        log.info("kubelet.sock appeared: registering %d resource(s)", len(self._plugins))
+        for plugin in self._plugins.values():
+            self._register_soon(plugin)
+
+    def kubelet_stopped(self) -> None:
+        log.info("kubelet.sock went away: waiting for the kubelet")
+        for plugin in self._plugins.values():
+            self._cancel_registration(plugin)
+            plugin.registered = False
+        self._on_change()
+
+    def socket_removed(self, endpoint: str) -> None:
+        """One of our socket files vanished (the kubelet wipes them when it restarts)."""
+        for plugin in self._plugins.values():
+            if plugin.server.endpoint == endpoint and not plugin.server.socket_intact():
+                plugin.server.log.info("socket %s was removed: serving on a new one", endpoint)
+                self._register_soon(plugin)
+
+    async def close(self) -> None:
+        while self._plugins:
+            _, plugin = self._plugins.popitem()
+            await self._stop(plugin)
+
+    async def _start(self, spec: ResourceSpec) -> None:
+        plugin = _Plugin(PluginServer(spec, self._directory))
+        await plugin.server.serve()
+        self._plugins[spec.name] = plugin
+        log.info("%s: serving %d token(s) on %s", spec.name, spec.count, plugin.server.endpoint)
+        self._register_soon(plugin)
+
+    async def _stop(self, plugin: _Plugin) -> None:
+        self._cancel_registration(plugin)
+        await plugin.server.stop()
+
+    def _register_soon(self, plugin: _Plugin) -> None:
+        self._cancel_registration(plugin)
+        plugin.registered = False
+        plugin.registering = asyncio.ensure_future(self._keep_registered(plugin))
+        self._on_change()
+
+    @staticmethod
+    def _cancel_registration(plugin: _Plugin) -> None:
+        if plugin.registering is not None:
+            plugin.registering.cancel()
+            plugin.registering = None
+
+    async def _keep_registered(self, plugin: _Plugin) -> None:
+        """Serve on an intact socket, then register once the kubelet is there; retry on failure."""
+        server, delay = plugin.server, FIRST_RETRY_DELAY
+        while True:
+            try:
+                if not server.socket_intact():
+                    # Shielded: a registration cancelled mid-way must not leave a half-built server.
+                    await asyncio.shield(server.serve())
+                if not self.kubelet_present():
+                    server.log.info("waiting for kubelet.sock to register")
+                    return
+                await register(self._directory, server.endpoint, server.spec.name)
+            except (RegistrationError, OSError, RuntimeError) as error:
+                server.log.warning("registration failed, retrying in %.2f s: %s", delay, error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
+                continue
+            plugin.registered = True
+            server.log.info("registered with the kubelet (%d token(s))", server.pool.count)
+            self._on_change()
+            return

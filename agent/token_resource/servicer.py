@@ -1,0 +1,90 @@
+"""The ``v1beta1.DevicePlugin`` service for one resource's tokens."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Callable, NoReturn
+
+import grpc
+import grpc.aio
+
+from token_resource.config import ResourceSpec
+from token_resource.protocol import deviceplugin_pb2 as pb
+from token_resource.tokens import AllocationError, TokenPool
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+# What this plugin tells the kubelet, in GetDevicePluginOptions and in RegisterRequest.options
+# alike (older kubelets read the latter, newer ones call the former).
+OPTIONS = pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+
+class TokenServicer:
+    """Answers the kubelet for one resource; ``spec()`` gives the resource's current settings."""
+
+    def __init__(
+        self, pool: TokenPool, spec: Callable[[], ResourceSpec], log: logging.Logger
+    ) -> None:
+        self._pool = pool
+        self._spec = spec
+        self._log = log
+
+    async def GetDevicePluginOptions(
+        self, request: pb.Empty, context: Context
+    ) -> pb.DevicePluginOptions:
+        return OPTIONS
+
+    async def ListAndWatch(
+        self, request: pb.Empty, context: Context
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+        self._log.debug("ListAndWatch stream opened")
+        try:
+            async for listing in self._pool.watch():
+                yield listing
+        finally:
+            self._log.debug("ListAndWatch stream closed")
+
+    async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
+        if not request.container_requests:
+            await self._refuse(context, AllocationError("the request holds no container requests"))
+        env_name = self._spec().env
+        response = pb.AllocateResponse()
+        for container in request.container_requests:
+            device_ids = list(container.devices_ids)
+            try:
+                self._pool.check_allocation(device_ids)
+            except AllocationError as error:
+                await self._refuse(context, error)
+            response.container_responses.add().envs[env_name] = ",".join(device_ids)
+            self._log.info("allocated %s", ", ".join(device_ids))
+        return response
+
+    async def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: Context
+    ) -> pb.PreferredAllocationResponse:
+        if not request.container_requests:
+            await self._refuse(context, AllocationError("the request holds no container requests"))
+        response = pb.PreferredAllocationResponse()
+        for container in request.container_requests:
+            try:
+                preferred = self._pool.preferred(
+                    list(container.available_deviceIDs),
+                    list(container.must_include_deviceIDs),
+                    container.allocation_size,
+                )
+            except AllocationError as error:
+                await self._refuse(context, error)
+            response.container_responses.add().deviceIDs.extend(preferred)
+        return response
+
+    async def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: Context
+    ) -> pb.PreStartContainerResponse:
+        # Never requested (pre_start_required is false); answered for kubelets that call anyway.
+        return pb.PreStartContainerResponse()
+
+    async def _refuse(self, context: Context, error: AllocationError) -> NoReturn:
+        self._log.warning("refused a kubelet request: %s", error)
+        code = grpc.StatusCode.NOT_FOUND if error.unknown else grpc.StatusCode.INVALID_ARGUMENT
+        await context.abort(code, str(error))

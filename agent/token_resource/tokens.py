@@ -1,0 +1,124 @@
+"""One resource's tokens: stable device IDs, their watchers, and the allocation rules."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+
+from token_resource.protocol import HEALTHY
+from token_resource.protocol import deviceplugin_pb2 as pb
+
+TOKEN_ID_PREFIX = "token-"
+_TOKEN_ID = re.compile(r"token-(0|[1-9][0-9]*)")
+
+
+def token_id(index: int) -> str:
+    return f"{TOKEN_ID_PREFIX}{index}"
+
+
+def token_index(device_id: str) -> int | None:
+    """The index behind a canonical token ID, or None for anything else."""
+    match = _TOKEN_ID.fullmatch(device_id)
+    return int(match.group(1)) if match else None
+
+
+class AllocationError(ValueError):
+    """A request the kubelet should never send; answered with a gRPC error, never a crash."""
+
+    def __init__(self, reason: str, *, unknown: bool = False) -> None:
+        super().__init__(reason)
+        self.unknown = unknown  # True when the request names IDs this resource does not have
+
+
+class TokenPool:
+    """The devices of one resource: ``token-0`` .. ``token-<count-1>``, all healthy.
+
+    IDs are stable: growing keeps the existing IDs and adds at the end, shrinking removes from
+    the end, so an ID allocated before a reload or restart is still advertised afterwards.
+    Watchers receive the full list first and a new full list after every change.
+    """
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._changed = asyncio.Event()
+        self._listing: pb.ListAndWatchResponse | None = None
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def resize(self, count: int) -> bool:
+        """Set the number of tokens; wakes every watcher. Returns whether anything changed."""
+        if count == self._count:
+            return False
+        self._count = count
+        self._listing = None
+        # A fresh event per version: watchers that saw the old version wake exactly once.
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        return True
+
+    def listing(self) -> pb.ListAndWatchResponse:
+        """The current full device list, built once per version and shared by every stream."""
+        if self._listing is None:
+            self._listing = pb.ListAndWatchResponse(
+                devices=[pb.Device(ID=token_id(i), health=HEALTHY) for i in range(self._count)]
+            )
+        return self._listing
+
+    async def watch(self) -> AsyncIterator[pb.ListAndWatchResponse]:
+        """The current list, then the new list after each change, until the consumer stops."""
+        while True:
+            changed = self._changed
+            yield self.listing()
+            await changed.wait()
+
+    def check_allocation(self, device_ids: Sequence[str]) -> None:
+        """Refuse an Allocate container request that names no, repeated or unknown tokens."""
+        if not device_ids:
+            raise AllocationError("the container request names no device IDs")
+        self._check_known(device_ids)
+        if len(set(device_ids)) != len(device_ids):
+            raise AllocationError(f"the container request repeats device IDs: {list(device_ids)}")
+
+    def preferred(
+        self, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> list[str]:
+        """Exactly ``size`` IDs: the must-include ones first, then the lowest-numbered available.
+
+        Compact, predictable allocations: the same request always gets the same answer.
+        """
+        self._check_known(available)
+        self._check_known(must_include)
+        chosen = list(dict.fromkeys(must_include))
+        missing = [device_id for device_id in chosen if device_id not in set(available)]
+        if missing:
+            raise AllocationError(f"must-include IDs {missing} are not among the available IDs")
+        if not len(chosen) <= size <= len(set(available)):
+            raise AllocationError(
+                f"allocation_size {size} must be between the {len(chosen)} must-include IDs "
+                f"and the {len(set(available))} available IDs"
+            )
+        rest = sorted(set(available) - set(chosen), key=_index_of_known)
+        return chosen + rest[: size - len(chosen)]
+
+    def _check_known(self, device_ids: Iterable[str]) -> None:
+        unknown = sorted(
+            {device_id for device_id in device_ids if not self._is_known(device_id)}, key=str
+        )
+        if unknown:
+            have = f"{token_id(0)}..{token_id(self._count - 1)}" if self._count else "no tokens"
+            raise AllocationError(
+                f"unknown device IDs {unknown} (this resource has {have})", unknown=True
+            )
+
+    def _is_known(self, device_id: str) -> bool:
+        index = token_index(device_id)
+        return index is not None and index < self._count
+
+
+def _index_of_known(device_id: str) -> int:
+    index = token_index(device_id)
+    assert index is not None, "only called on checked IDs"
+    return index
