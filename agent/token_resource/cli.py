@@ -78,39 +78,53 @@ def _configure_logging(verbose: bool) -> None:
     )
 
 
-def _load(path: Path) -> Config | None:
-    try:
-        config = load_config(path)
-        for name in config.resources:
+def _load(path: Path) -> Config:
+    """The validated configuration, including that every socket path fits; or ConfigError."""
+    config = load_config(path)
+    for name in config.resources:
+        try:
             socket_name(name, config.agent.device_plugin_dir)
-    except (ConfigError, SocketPathError) as error:
-        print(f"token-resource: invalid configuration: {error}", file=sys.stderr)
-        return None
+        except SocketPathError as error:
+            raise ConfigError(str(error), file=path, key="agent.device_plugin_dir") from None
     return config
 
 
+def _complain(error: ConfigError) -> int:
+    print(f"token-resource: invalid configuration: {error}", file=sys.stderr)
+    return EXIT_FAILED
+
+
 def _run(args: argparse.Namespace) -> int:
-    config = _load(args.config)
-    if config is None:
-        return EXIT_FAILED
+    try:
+        config = _load(args.config)
+    except ConfigError as error:
+        return _complain(error)
     control_socket = args.control_socket or default_control_socket()
 
+    notifier = SystemdNotifier()
+
     async def serve() -> None:
-        agent = Agent(config, args.config, control_socket, SystemdNotifier())
-        await agent.run()
+        await Agent(config, args.config, control_socket, notifier).run()
 
     try:
         asyncio.run(serve())
     except (LockError, ControlError) as error:
         print(f"token-resource: {error}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        notifier.close()
     return EXIT_OK
 
 
 def _check(args: argparse.Namespace) -> int:
-    config = _load(args.config)
-    if config is None:
-        return EXIT_FAILED
+    try:
+        config = _load(args.config)
+    except ConfigError as error:
+        # As systemd's ExecStartPre, leave the reason where `systemctl status` shows it.
+        notifier = SystemdNotifier()
+        notifier.status(f"invalid configuration: {error}")
+        notifier.close()
+        return _complain(error)
     files = ", ".join(str(path) for path in config.files)
     print(f"{args.config}: valid ({files})")
     print(f"device-plugin directory: {config.agent.device_plugin_dir}")

@@ -12,9 +12,10 @@ import sdnotify
 class SystemdNotifier:
     """READY / RELOADING / STOPPING / STATUS / WATCHDOG messages to ``$NOTIFY_SOCKET``."""
 
-    def __init__(self, environ: Mapping[str, str] = os.environ) -> None:
-        self._notifier = sdnotify.SystemdNotifier() if environ.get("NOTIFY_SOCKET") else None
-        self.watchdog_interval = _watchdog_interval(environ)
+    def __init__(self) -> None:
+        # sdnotify reads $NOTIFY_SOCKET itself.
+        self._notifier = sdnotify.SystemdNotifier() if os.environ.get("NOTIFY_SOCKET") else None
+        self.watchdog_interval = _watchdog_interval(os.environ)
         self._status: str | None = None
 
     def ready(self, status: str) -> None:
@@ -35,6 +36,11 @@ class SystemdNotifier:
 
     def watchdog(self) -> None:
         self._send("WATCHDOG=1")
+
+    def close(self) -> None:
+        if self._notifier is not None and self._notifier.socket is not None:
+            self._notifier.socket.close()
+        self._notifier = None
 
     def _send(self, message: str) -> None:
         if self._notifier is not None:

@@ -16,6 +16,8 @@ from token_resource.servicer import TokenServicer
 from token_resource.sockets import socket_name
 from token_resource.tokens import TokenPool
 
+# Enough for ended streams and in-flight Allocate calls to finish; then they are cancelled.
+_STOP_GRACE_SECONDS = 1.0
 _SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -37,8 +39,8 @@ class PluginServer:
         self.endpoint = socket_name(spec.name, directory)
         self.path = directory / self.endpoint
         self.log = logging.getLogger(f"token_resource.plugin.{spec.name}")
-        self._servicer = TokenServicer(self.pool, lambda: self.spec, self.log)
         self._server: grpc.aio.Server | None = None
+        self._servicer: TokenServicer | None = None
         self._inode: int | None = None
         self._lifecycle = asyncio.Lock()
 
@@ -59,12 +61,14 @@ class PluginServer:
         """Serve on a fresh socket, replacing a running server."""
         async with self._lifecycle:
             await self._stop_server()
+            servicer = TokenServicer(self.pool, lambda: self.spec, self.log)
             server = grpc.aio.server(options=_SERVER_OPTIONS)
-            server.add_generic_rpc_handlers((device_plugin_handler(self._servicer),))
+            server.add_generic_rpc_handlers((device_plugin_handler(servicer),))
             # gRPC unlinks whatever socket file is in the way before it binds.
             server.add_insecure_port(f"unix:{self.path}")
             await server.start()
-            self._server, self._inode = server, os.lstat(self.path).st_ino
+            self._server, self._servicer = server, servicer
+            self._inode = os.lstat(self.path).st_ino
             self.log.debug("serving on %s", self.path)
 
     async def stop(self) -> None:
@@ -76,7 +80,8 @@ class PluginServer:
                 self.path.unlink(missing_ok=True)
 
     async def _stop_server(self) -> None:
-        if self._server is not None:
+        if self._server is not None and self._servicer is not None:
             server, self._server, self._inode = self._server, None, None
-            # No grace: ListAndWatch streams never end on their own.
-            await server.stop(None)
+            # ListAndWatch streams never end on their own: end them, then stop.
+            self._servicer.close()
+            await server.stop(_STOP_GRACE_SECONDS)

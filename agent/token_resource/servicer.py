@@ -29,6 +29,12 @@ class TokenServicer:
         self._pool = pool
         self._spec = spec
         self._log = log
+        self._closed = False
+
+    def close(self) -> None:
+        """End every ListAndWatch stream of this servicer, so its server can stop cleanly."""
+        self._closed = True
+        self._pool.wake()
 
     async def GetDevicePluginOptions(
         self, request: pb.Empty, context: Context
@@ -41,6 +47,8 @@ class TokenServicer:
         self._log.debug("ListAndWatch stream opened")
         try:
             async for listing in self._pool.watch():
+                if self._closed:
+                    return
                 yield listing
         finally:
             self._log.debug("ListAndWatch stream closed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 
 from token_resource.protocol import HEALTHY
 from token_resource.protocol import deviceplugin_pb2 as pb
@@ -54,10 +54,14 @@ class TokenPool:
             return False
         self._count = count
         self._listing = None
-        # A fresh event per version: watchers that saw the old version wake exactly once.
+        self.wake()
+        return True
+
+    def wake(self) -> None:
+        """Wake every watcher; each yields the current list (and may then decide to stop)."""
+        # A fresh event per wake-up: a watcher that saw the old one wakes exactly once.
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
-        return True
 
     def listing(self) -> pb.ListAndWatchResponse:
         """The current full device list, built once per version and shared by every stream."""
@@ -67,7 +71,7 @@ class TokenPool:
             )
         return self._listing
 
-    async def watch(self) -> AsyncIterator[pb.ListAndWatchResponse]:
+    async def watch(self) -> AsyncGenerator[pb.ListAndWatchResponse, None]:
         """The current list, then the new list after each change, until the consumer stops."""
         while True:
             changed = self._changed

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import os
+
+# The tests fork (subprocess) while the in-process kubelet stand-in runs gRPC threads. gRPC's
+# fork handlers restart its poller in the child between fork and exec, where it can crash on
+# the descriptors subprocess closed (grpc/grpc#43055); the children exec at once and need none.
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import AgentProcess
+from tests.standin.kubelet import KubeletStandin
+
+
+@pytest.fixture
+def device_plugin_dir() -> Iterator[Path]:
+    """A short path of its own: a unix socket path holds at most 107 bytes, and pytest's
+    ``tmp_path`` is long enough to leave no room for the agent's socket names."""
+    directory = Path(tempfile.mkdtemp(prefix="tr-dp-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(device_plugin_dir: Path) -> Iterator[KubeletStandin]:
+    with KubeletStandin(device_plugin_dir) as standin:
+        yield standin
+
+
+@pytest.fixture
+def agent(tmp_path: Path, device_plugin_dir: Path) -> Iterator[AgentProcess]:
+    process = AgentProcess(tmp_path, device_plugin_dir)
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """On failure, show what the agent logged: the first thing anyone asks for."""
+    outcome = yield
+    report = outcome.get_result()
+    agent = item.funcargs.get("agent") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(agent, AgentProcess):
+        report.sections.append(("agent log", agent.log()))

@@ -1,0 +1,167 @@
+"""Running the real agent as a subprocess, and reading its sd_notify messages, for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+AGENT_COMMAND = (sys.executable, "-m", "token_resource")
+
+
+class NotifySocket:
+    """A real ``$NOTIFY_SOCKET``: a datagram socket whose messages are collected by a thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind(str(path))
+        self._socket.settimeout(0.2)
+        self._messages: list[str] = []
+        self._cond = threading.Condition()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._closed.is_set():
+            try:
+                data = self._socket.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self._cond:
+                self._messages.append(data.decode())
+                self._cond.notify_all()
+
+    def messages(self) -> list[str]:
+        with self._cond:
+            return list(self._messages)
+
+    def assignments(self) -> list[str]:
+        """Every ``KEY=value`` line received, in order."""
+        return [line for message in self.messages() for line in message.splitlines()]
+
+    def wait_for(self, predicate: Callable[[list[str]], bool], timeout: float = 20.0) -> list[str]:
+        """Wait until ``predicate`` holds for the assignments received so far."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate(self.assignments()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"notify: condition not met; received {self._messages}")
+                self._cond.wait(remaining)
+        return self.assignments()
+
+    def wait_for_line(self, line: str, *, after: int = 0, timeout: float = 20.0) -> int:
+        """Wait for ``line`` at an index >= ``after``; return its index."""
+        self.wait_for(lambda lines: line in lines[after:], timeout)
+        lines = self.assignments()
+        return lines.index(line, after)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._socket.close()
+        self._thread.join()
+
+
+class AgentProcess:
+    """``token-resource run`` as a real process, with its config file, log and notify socket."""
+
+    def __init__(self, workdir: Path, device_plugin_dir: Path) -> None:
+        self.workdir = workdir
+        self.device_plugin_dir = device_plugin_dir
+        self.config_path = workdir / "token-resource.toml"
+        self.dropin_dir = workdir / "token-resource.d"
+        self.control_socket = workdir / "run" / "control.sock"
+        self.log_path = workdir / "agent.log"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.notify = NotifySocket(workdir / "notify.sock")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def agent_section(self) -> str:
+        return f'[agent]\ndevice_plugin_dir = "{self.device_plugin_dir}"\n'
+
+    def write_config(
+        self, resources: str, *, atomic: bool = True, path: Path | None = None
+    ) -> None:
+        """Write the main file (``[agent]`` + ``resources``): by rename, or rewritten in place."""
+        write_file(path or self.config_path, self.agent_section() + resources, atomic=atomic)
+
+    def start(self, *, env: Mapping[str, str] | None = None, wait_ready: bool = True) -> None:
+        environ = {
+            k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")
+        }
+        environ.update({"NOTIFY_SOCKET": str(self.notify.path), **(env or {})})
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*AGENT_COMMAND, "run", *self._options("run")], stdout=log, stderr=log, env=environ
+            )
+        if wait_ready:
+            self.notify.wait_for(lambda lines: "READY=1" in lines)
+
+    def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run ``token-resource ARGS`` (control-socket and config options added as fitting)."""
+        options = self._options(args[0]) if args else []
+        return subprocess.run(
+            [*AGENT_COMMAND, *args, *options],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def _options(self, command: str) -> list[str]:
+        config = ["--config", str(self.config_path)]
+        control = ["--control-socket", str(self.control_socket)]
+        return {"run": config + control, "check": config, "reload": control, "status": control}.get(
+            command, []
+        )
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, then wait; returns the exit status."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_for_log(self, text: str, timeout: float = 20.0) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"agent log never showed {text!r}; log:\n{log}")
+            time.sleep(0.02)
+        return log
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.notify.close()
+
+
+def write_file(path: Path, text: str, *, atomic: bool) -> None:
+    """Save like an editor (write a temporary file, rename it over) or rewrite in place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if atomic:
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(text)
+        temporary.replace(path)
+    else:
+        with path.open("r+" if path.exists() else "w") as file:
+            file.truncate(0)
+            file.write(text)

@@ -1,0 +1,733 @@
+#!/usr/bin/env python3
+"""A kubelet stand-in: the device manager's side of the device-plugin protocol (v1beta1).
+
+It serves ``v1beta1.Registration`` on ``kubelet.sock`` and, like the real kubelet's device
+manager, dials every plugin that registers, keeps its ListAndWatch stream open and derives
+capacity and allocatable from the latest list it received. The rules it enforces are the
+real kubelet's (see the project's device-plugin notes); two kubelet generations are modelled:
+
+- default (1.32): Register blocks while it dials the plugin and asks GetDevicePluginOptions,
+  and fails with ``failed to dial device plugin: ...`` if that fails;
+- ``register_first`` (1.24-era): Register is answered at once and the dial happens afterwards
+  (a failure is only logged), and the options come from ``RegisterRequest.options``.
+
+Integration tests use :class:`KubeletStandin` in-process. ``make demo`` and the Debian 12
+container run this file as a script, where only the installed ``token_resource`` package,
+grpcio and protobuf exist, so it imports nothing from ``tests``::
+
+    python3 kubelet.py --dir DIR [--state-file FILE] [--register-first]
+
+It prints one line per event. SIGHUP restarts the kubelet (wiping every socket in DIR),
+SIGTERM and SIGINT stop it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from token_resource.protocol import (
+    ALLOCATE,
+    GET_DEVICE_PLUGIN_OPTIONS,
+    GET_PREFERRED_ALLOCATION,
+    HEALTHY,
+    KUBELET_SOCKET,
+    LIST_AND_WATCH,
+    MAX_MESSAGE_BYTES,
+    REGISTRATION_SERVICE,
+    UNHEALTHY,
+    VERSION,
+)
+from token_resource.protocol import deviceplugin_pb2 as pb
+
+LOG = logging.getLogger("kubelet-standin")
+
+# The longest name part of a resource name, and the longest device ID the protocol allows.
+MAX_NAME_LENGTH = 63
+MAX_DEVICE_ID_LENGTH = 63
+# Kubernetes' DNS-1123 subdomain and qualified-name rules (k8s.io/apimachinery validation).
+_MAX_SUBDOMAIN_LENGTH = 253
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+# Log lines and assertion messages stay readable for plugins that advertise many devices.
+_SHOWN_DEVICES = 8
+_SHOWN_PROBLEMS = 5
+_PRETTY_DEVICES = 20
+# A plugin's messages are refused above this size, as by the kubelet's gRPC client.
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+_REGISTER_WORKERS = 16
+
+Devices = tuple[tuple[str, str], ...]
+_Response = TypeVar("_Response", bound=Message)
+
+
+@dataclass(frozen=True)
+class Options:
+    """DevicePluginOptions as the kubelet acts on them."""
+
+    pre_start_required: bool
+    get_preferred_allocation_available: bool
+
+    @classmethod
+    def of(cls, message: pb.DevicePluginOptions) -> Options:
+        return cls(message.pre_start_required, message.get_preferred_allocation_available)
+
+
+@dataclass(frozen=True)
+class ResourceView:
+    """What the kubelet knows about one resource name."""
+
+    name: str
+    endpoint: str  # socket file name given by the latest successful Register
+    register_options: Options  # RegisterRequest.options (all a 1.24-era kubelet looks at)
+    options: Options | None  # GetDevicePluginOptions' answer; None if never asked (register_first)
+    registrations: int  # successful Register calls since the stand-in was created
+    devices: Devices = ()  # (ID, health) from the latest ListAndWatch message, in its order
+    lists_received: int = 0  # ListAndWatch messages received from the current registration
+    # The kubelet holds a live connection: its ListAndWatch stream is open (or being opened).
+    stream_open: bool = False
+
+    # Cached: a view never changes, and predicates ask again at every state change.
+    @cached_property
+    def capacity(self) -> int:
+        """The kubelet keeps the last list after a stream ends (it keys devices by ID)."""
+        return len({device_id for device_id, _ in self.devices})
+
+    @cached_property
+    def allocatable(self) -> int:
+        """Healthy devices, but none once the stream has ended."""
+        if not self.stream_open:
+            return 0
+        return len({device_id for device_id, health in self.devices if health == HEALTHY})
+
+    def to_dict(self, max_devices: int | None = None) -> dict[str, Any]:
+        """JSON-ready; ``max_devices`` cuts the device list short for human readers."""
+        shown = self.devices if max_devices is None else self.devices[:max_devices]
+        data: dict[str, Any] = {
+            "endpoint": self.endpoint,
+            "register_options": asdict(self.register_options),
+            "options": None if self.options is None else asdict(self.options),
+            "registrations": self.registrations,
+            "lists_received": self.lists_received,
+            "stream_open": self.stream_open,
+            "capacity": self.capacity,
+            "allocatable": self.allocatable,
+            "devices": dict(shown),
+        }
+        if len(shown) < len(self.devices):
+            data["devices_not_shown"] = len(self.devices) - len(shown)
+        return data
+
+
+@dataclass(frozen=True)
+class KubeletView:
+    """An immutable copy of what the kubelet sees."""
+
+    generation: int  # incremented at every start, so a restart is visible
+    resources: Mapping[str, ResourceView]
+    rejected: tuple[str, ...]  # refused Register calls and protocol violations, oldest first
+
+    def counts(self) -> dict[str, int]:
+        """Resource name -> allocatable, for terse asserts."""
+        return {name: view.allocatable for name, view in self.resources.items()}
+
+    def to_dict(self, max_devices: int | None = None) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "resources": {n: v.to_dict(max_devices) for n, v in self.resources.items()},
+            "rejected": list(self.rejected),
+        }
+
+    def pretty(self) -> str:
+        return json.dumps(self.to_dict(_PRETTY_DEVICES), indent=2)
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """Kubernetes' IsExtendedResourceName, the check the kubelet applies to Register.
+
+    Not native (it has a domain that is not ``kubernetes.io``), not a quota name, and still
+    a qualified name with the quota prefix ``requests.`` in front of it.
+    """
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    prefix, _, short = f"requests.{name}".partition("/")
+    return (
+        "/" not in short
+        and len(prefix) <= _MAX_SUBDOMAIN_LENGTH
+        and _DNS1123_SUBDOMAIN.fullmatch(prefix) is not None
+        and len(short) <= MAX_NAME_LENGTH
+        and _QUALIFIED_NAME_PART.fullmatch(short) is not None
+    )
+
+
+def registration_problem(request: pb.RegisterRequest) -> str | None:
+    """Why the kubelet refuses this Register before dialling the plugin, or None."""
+    if request.version != VERSION:
+        return (
+            f"requested API version {_quote(request.version)} is not supported by kubelet. "
+            f'Supported versions are ["{VERSION}"]'
+        )
+    if not is_extended_resource_name(request.resource_name):
+        return f"the ResourceName {_quote(request.resource_name)} is invalid"
+    if request.endpoint in ("", ".", "..") or "/" in request.endpoint:
+        return (
+            f"endpoint {_quote(request.endpoint)} is not the file name of a socket "
+            "in the device-plugin directory"
+        )
+    return None
+
+
+def device_problems(devices: Devices) -> list[str]:
+    """Where a device list breaks the protocol's rules (the kubelet would mis-count it)."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for device_id, health in devices:
+        if len(device_id) > MAX_DEVICE_ID_LENGTH:
+            problems.append(f"device ID {_quote(device_id)} is longer than 63 characters")
+        if health not in (HEALTHY, UNHEALTHY):
+            problems.append(f"device {_quote(device_id)} has health {_quote(health)}")
+        if device_id in seen:
+            problems.append(f"device ID {_quote(device_id)} appears more than once")
+        seen.add(device_id)
+    return problems
+
+
+def remove_sockets(directory: Path) -> list[str]:
+    """What a starting kubelet does to its directory: delete every socket, nothing else."""
+    removed = []
+    for entry in sorted(directory.iterdir()):
+        if entry.is_socket():
+            entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed
+
+
+class _DialError(Exception):
+    """The kubelet could not connect to a plugin; the text is the kubelet's error."""
+
+
+class _Stale(Exception):
+    """A Register finished after the kubelet stopped or restarted under it."""
+
+
+@dataclass(eq=False)
+class _Link:
+    """The kubelet's connection to the plugin of one successful Register."""
+
+    resource: str
+    path: Path
+    channel: grpc.Channel
+    call: grpc.CallIterator[pb.ListAndWatchResponse] | None = None
+    thread: threading.Thread | None = None
+    # Set under the lock once this is no longer the resource's live connection.
+    closed: bool = False
+
+
+class KubeletStandin:
+    """A kubelet's device manager: Registration server plus one client per registered plugin.
+
+    Thread-safe: one lock (inside ``_cond``) guards all state, and ``_cond`` is notified at
+    every change so that :meth:`wait_for` and in-flight dials wake up.
+    """
+
+    def __init__(
+        self,
+        socket_dir: Path,
+        *,
+        dial_timeout: float = 10.0,
+        register_first: bool = False,
+        state_file: Path | None = None,
+    ) -> None:
+        self.socket_dir = Path(os.path.abspath(socket_dir))
+        self._dial_timeout = dial_timeout
+        self._register_first = register_first
+        self._state_file = state_file
+        self._cond = threading.Condition()
+        # Guarded by _cond:
+        self._generation = 0
+        self._server: grpc.Server | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._links: dict[str, _Link] = {}  # the live link per resource name
+        self._threads: list[threading.Thread] = []  # every link thread not yet joined
+        self._views: dict[str, ResourceView] = {}
+        self._rejected: list[str] = []
+
+    @property
+    def socket_path(self) -> Path:
+        return self.socket_dir / KUBELET_SOCKET
+
+    def __enter__(self) -> KubeletStandin:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Serve Registration on a fresh ``kubelet.sock``."""
+        with self._cond:
+            if self._server is not None:
+                raise RuntimeError("the kubelet stand-in is already running")
+            self.socket_dir.mkdir(parents=True, exist_ok=True)
+            # A stand-in that crashed leaves its socket behind; the kubelet replaces it too.
+            self.socket_path.unlink(missing_ok=True)
+            executor = ThreadPoolExecutor(_REGISTER_WORKERS, thread_name_prefix="kubelet-register")
+            server = grpc.server(executor, handlers=[self._registration_handler()])
+            # Older grpcio reports a failed bind by returning 0 instead of raising.
+            if not server.add_insecure_port(f"unix:{self.socket_path}"):
+                raise RuntimeError(f"cannot serve on {self.socket_path}")
+            # Before the server starts, so that the first Register sees this generation.
+            self._server, self._executor = server, executor
+            self._generation += 1
+            server.start()
+            self._changed(
+                f"kubelet listening on {self.socket_path} (generation {self._generation})"
+            )
+
+    def stop(self) -> None:
+        """Stop serving, end every ListAndWatch stream, remove ``kubelet.sock``. Idempotent."""
+        with self._cond:
+            server, executor = self._server, self._executor
+            if server is None or executor is None:
+                return
+            self._server = self._executor = None
+            threads, self._threads = self._threads, []
+            self._drop_links()
+            self._changed("kubelet stopped: every resource has allocatable 0")
+        server.stop(None).wait()
+        # In-flight Register calls see the stop (their dial is abandoned) and return quickly.
+        executor.shutdown(wait=True)
+        for thread in threads:
+            thread.join()
+        self.socket_path.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        """Like a kubelet restart: stop, delete every socket in the directory, start again.
+
+        Every resource stays unhealthy (allocatable 0) until its plugin registers again.
+        """
+        self.stop()
+        removed = remove_sockets(self.socket_dir)
+        LOG.info("kubelet restarting: removed sockets %s", ", ".join(removed) or "(none)")
+        self.start()
+
+    # --- observing -----------------------------------------------------------------------
+
+    def snapshot(self) -> KubeletView:
+        with self._cond:
+            return self._snapshot()
+
+    def wait_for(
+        self, predicate: Callable[[KubeletView], bool], timeout: float = 20.0
+    ) -> KubeletView:
+        """The first view for which ``predicate`` holds; AssertionError with the last one.
+
+        A predicate that raises LookupError (``view.resources[name]`` before the plugin
+        registered) counts as not satisfied yet.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                view = self._snapshot()
+                if _holds(predicate, view):
+                    return view
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+        name = getattr(predicate, "__qualname__", repr(predicate))
+        raise AssertionError(
+            f"kubelet stand-in: {name} still false after {timeout:g} s; the kubelet sees:\n"
+            f"{view.pretty()}"
+        )
+
+    # --- calling plugins, as the kubelet does ----------------------------------------------
+
+    def allocate(
+        self, resource: str, device_ids: Sequence[str], timeout: float = 10.0
+    ) -> pb.AllocateResponse:
+        """Allocate with one container request, as the kubelet sends at container creation."""
+        request = pb.AllocateRequest(
+            container_requests=[pb.ContainerAllocateRequest(devices_ids=device_ids)]
+        )
+        return self.allocate_raw(resource, request, timeout)
+
+    def allocate_raw(
+        self, resource: str, request: pb.AllocateRequest, timeout: float = 10.0
+    ) -> pb.AllocateResponse:
+        return self._call(resource, ALLOCATE, request, pb.AllocateResponse, timeout)
+
+    def get_preferred_allocation(
+        self,
+        resource: str,
+        available: Sequence[str],
+        must_include: Sequence[str],
+        size: int,
+        timeout: float = 10.0,
+    ) -> pb.PreferredAllocationResponse:
+        request = pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=available,
+                    must_include_deviceIDs=must_include,
+                    allocation_size=size,
+                )
+            ]
+        )
+        return self.get_preferred_allocation_raw(resource, request, timeout)
+
+    def get_preferred_allocation_raw(
+        self, resource: str, request: pb.PreferredAllocationRequest, timeout: float = 10.0
+    ) -> pb.PreferredAllocationResponse:
+        return self._call(
+            resource, GET_PREFERRED_ALLOCATION, request, pb.PreferredAllocationResponse, timeout
+        )
+
+    def _call(
+        self,
+        resource: str,
+        method: str,
+        request: Message,
+        response_type: type[_Response],
+        timeout: float,
+    ) -> _Response:
+        """A unary call on the connection the kubelet holds; grpc.RpcError propagates as-is."""
+        with self._cond:
+            link = self._links.get(resource)
+            if link is None or not self._views[resource].stream_open:
+                raise LookupError(f"{resource}: no device plugin connected")
+        rpc = link.channel.unary_unary(method, _serialize, response_type.FromString)
+        response: _Response = rpc(request, timeout=timeout)
+        return response
+
+    # --- Register --------------------------------------------------------------------------
+
+    def _registration_handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        return grpc.method_handlers_generic_handler(
+            REGISTRATION_SERVICE,
+            {
+                "Register": grpc.unary_unary_rpc_method_handler(
+                    self._register,
+                    request_deserializer=pb.RegisterRequest.FromString,
+                    response_serializer=pb.Empty.SerializeToString,
+                )
+            },
+        )
+
+    def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
+        with self._cond:
+            generation = self._generation
+        problem = registration_problem(request)
+        if problem is not None:
+            self._refuse(context, request, problem)
+        path = self.socket_dir / request.endpoint
+        link = _Link(
+            request.resource_name, path, grpc.insecure_channel(f"unix:{path}", _CHANNEL_OPTIONS)
+        )
+        options = None
+        try:
+            if not self._register_first:
+                options = self._connect(link, lambda: not self._serving(generation))
+            replaced = self._accept(request, link, generation, options)
+        except _DialError as error:
+            link.channel.close()
+            self._refuse(context, request, str(error))
+        except _Stale:
+            link.channel.close()
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the kubelet restarted during Register")
+        # The old stream is already cancelled; let its thread finish before answering.
+        if replaced is not None and replaced.thread is not None:
+            replaced.thread.join()
+        return pb.Empty()
+
+    def _refuse(
+        self, context: grpc.ServicerContext, request: pb.RegisterRequest, error: str
+    ) -> NoReturn:
+        """Record and fail the Register call (a Go error reaches the plugin as UNKNOWN)."""
+        with self._cond:
+            self._rejected.append(error)
+            self._changed(f"refused Register of {_quote(request.resource_name)}: {error}")
+        context.abort(grpc.StatusCode.UNKNOWN, error)
+
+    def _connect(self, link: _Link, abandoned: Callable[[], bool]) -> Options:
+        """The 1.32 kubelet's synchronous part of Register: dial, then GetDevicePluginOptions."""
+        self._dial(link, abandoned)
+        get_options = link.channel.unary_unary(
+            GET_DEVICE_PLUGIN_OPTIONS, _serialize, pb.DevicePluginOptions.FromString
+        )
+        # The kubelet sets no deadline here; the dial timeout keeps a stuck plugin from
+        # holding a test (and stop()) forever.
+        future = get_options.future(pb.Empty(), timeout=self._dial_timeout)
+        self._wait(future, abandoned, None)
+        try:
+            return Options.of(future.result())
+        except grpc.RpcError as error:
+            raise _DialError(f"failed to get device plugin options: {_rpc_error(error)}") from None
+
+    def _dial(self, link: _Link, abandoned: Callable[[], bool]) -> None:
+        """Like grpc.DialContext with WithBlock: wait until connected, at most the dial timeout."""
+        if not link.path.is_socket():
+            raise _DialError(f"failed to dial device plugin: no socket at {link.path}")
+        try:
+            self._wait(grpc.channel_ready_future(link.channel), abandoned, self._dial_timeout)
+        except _DialError as error:
+            raise _DialError(f"failed to dial device plugin: {error}") from None
+
+    def _wait(
+        self, future: grpc.Future[Any], abandoned: Callable[[], bool], timeout: float | None
+    ) -> None:
+        """Wait for a gRPC future, giving up (and cancelling it) at the timeout or when
+        ``abandoned()`` turns true, so that stop() never waits for a dial to time out."""
+        future.add_done_callback(lambda _: self._wake())
+        with self._cond:
+            self._cond.wait_for(lambda: future.done() or abandoned(), timeout)
+            gave_up = abandoned()
+        if not future.done() or gave_up:
+            future.cancel()
+            raise _DialError("context canceled" if gave_up else "context deadline exceeded")
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _accept(
+        self,
+        request: pb.RegisterRequest,
+        link: _Link,
+        generation: int,
+        options: Options | None,
+    ) -> _Link | None:
+        """Make ``link`` the resource's connection and start its client thread.
+
+        Returns the registration it replaced, whose stream is cancelled first.
+        """
+        name = request.resource_name
+        with self._cond:
+            if not self._serving(generation):
+                raise _Stale
+            replaced = self._links.pop(name, None)
+            if replaced is not None:
+                self._drop(replaced)
+            previous = self._views.get(name)
+            self._views[name] = ResourceView(
+                name=name,
+                endpoint=request.endpoint,
+                register_options=Options.of(request.options),
+                options=options,
+                registrations=1 if previous is None else previous.registrations + 1,
+                # The kubelet keeps the old list until the new stream sends one.
+                devices=() if previous is None else previous.devices,
+                # A 1.32 kubelet counts the plugin as connected once Register succeeds;
+                # a 1.24-era one only after its later dial.
+                stream_open=not self._register_first,
+            )
+            self._links[name] = link
+            link.thread = threading.Thread(
+                target=self._run_link, args=(link,), name=f"kubelet-{name}", daemon=True
+            )
+            self._threads = [t for t in self._threads if t.is_alive()] + [link.thread]
+            link.thread.start()
+            self._changed(f"registered {name} via {request.endpoint}")
+            return replaced
+
+    def _serving(self, generation: int) -> bool:
+        """Caller holds the lock: the server that took a Register call is still the live one."""
+        return self._server is not None and self._generation == generation
+
+    # --- one client thread per registration -------------------------------------------------
+
+    def _run_link(self, link: _Link) -> None:
+        """The kubelet's client loop: (dial,) open ListAndWatch, record every message."""
+        reason = "the plugin ended the stream"
+        refused = False
+        try:
+            if self._register_first:
+                self._dial(link, lambda: link.closed)
+            call = self._open_stream(link)
+            for response in call or ():
+                self._received(link, response)
+        except _DialError as error:
+            reason, refused = f"{error} (after Register was answered)", True
+        except grpc.RpcError as error:
+            reason = _rpc_error(error)
+            # The kubelet's client refused a message (over 4 MiB): a protocol violation.
+            refused = error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        finally:
+            link.channel.close()
+            self._link_ended(link, reason, refused)
+
+    def _open_stream(self, link: _Link) -> grpc.CallIterator[pb.ListAndWatchResponse] | None:
+        with self._cond:
+            if link.closed:
+                return None
+            list_and_watch = link.channel.unary_stream(
+                LIST_AND_WATCH, _serialize, pb.ListAndWatchResponse.FromString
+            )
+            link.call = list_and_watch(pb.Empty())
+            if self._register_first:
+                self._update(link.resource, stream_open=True)
+                self._changed(f"connected to {link.resource} at {link.path.name}")
+            return link.call
+
+    def _received(self, link: _Link, response: pb.ListAndWatchResponse) -> None:
+        """Each message replaces the whole device set."""
+        devices = tuple((device.ID, device.health) for device in response.devices)
+        problems = device_problems(devices)
+        with self._cond:
+            if link.closed:
+                return
+            view = self._views[link.resource]
+            self._update(link.resource, devices=devices, lists_received=view.lists_received + 1)
+            events = [f"{link.resource}: {_describe(devices)}"]
+            for problem in _abridged(problems):
+                self._rejected.append(f"{link.resource}: {problem}")
+                events.append(f"protocol violation: {link.resource}: {problem}")
+            self._changed(*events)
+
+    def _link_ended(self, link: _Link, reason: str, refused: bool) -> None:
+        with self._cond:
+            if link.closed:  # dropped by the kubelet itself: already accounted for
+                return
+            link.closed = True
+            del self._links[link.resource]
+            self._update(link.resource, stream_open=False)
+            if refused:
+                self._rejected.append(f"{link.resource}: {reason}")
+            self._changed(f"stream for {link.resource} ended ({reason}): allocatable 0")
+
+    def _drop_links(self) -> None:
+        """Caller holds the lock: the kubelet goes away, every resource becomes unhealthy."""
+        for name, link in self._links.items():
+            self._drop(link)
+            self._update(name, stream_open=False)
+        self._links.clear()
+
+    def _drop(self, link: _Link) -> None:
+        """Caller holds the lock: stop using ``link`` and cancel its stream (or pending dial)."""
+        link.closed = True
+        if link.call is not None:
+            link.call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves it untyped
+
+    # --- state ---------------------------------------------------------------------------
+
+    def _update(self, name: str, **changes: Any) -> None:
+        self._views[name] = replace(self._views[name], **changes)
+
+    def _snapshot(self) -> KubeletView:
+        return KubeletView(
+            self._generation, MappingProxyType(dict(self._views)), tuple(self._rejected)
+        )
+
+    def _changed(self, *events: str) -> None:
+        """Caller holds the lock, after every change: wake waiters, save the state, log.
+
+        The state file is written before the event is logged, so a reader that saw the
+        line finds the state file up to date.
+        """
+        self._cond.notify_all()
+        if self._state_file is not None:
+            _write_atomically(self._state_file, json.dumps(self._snapshot().to_dict(), indent=2))
+        for event in events:
+            LOG.info("%s", event)
+
+
+def _holds(predicate: Callable[[KubeletView], bool], view: KubeletView) -> bool:
+    try:
+        return predicate(view)
+    except LookupError:
+        return False
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def _quote(text: str) -> str:
+    """Like Go's %q, which the kubelet's messages use."""
+    return json.dumps(text)
+
+
+def _rpc_error(error: grpc.RpcError) -> str:
+    """As grpc-go prints a status, e.g. ``rpc error: code = Unavailable desc = ...``."""
+    code = "".join(word.capitalize() for word in error.code().name.split("_"))
+    return f"rpc error: code = {code} desc = {error.details()}"
+
+
+def _describe(devices: Devices) -> str:
+    shown = ", ".join(f"{device_id} {health}" for device_id, health in devices[:_SHOWN_DEVICES])
+    if len(devices) > _SHOWN_DEVICES:
+        shown += f", ... {len(devices) - _SHOWN_DEVICES} more"
+    return f"{len(devices)} devices [{shown}]"
+
+
+def _abridged(problems: list[str]) -> Iterable[str]:
+    """A plugin with thousands of bad devices must not flood the log and the state."""
+    yield from problems[:_SHOWN_PROBLEMS]
+    if len(problems) > _SHOWN_PROBLEMS:
+        yield f"... and {len(problems) - _SHOWN_PROBLEMS} more problems in the same list"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Readers (the demo, a container's checks) never see a half-written file."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+# --- script mode ---------------------------------------------------------------------------
+
+_SIGNALS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="A kubelet stand-in for device plugins.")
+    parser.add_argument("--dir", type=Path, required=True, help="the device-plugin directory")
+    parser.add_argument("--state-file", type=Path, help="keep a JSON snapshot here")
+    parser.add_argument(
+        "--register-first",
+        action="store_true",
+        help="answer Register before dialling the plugin, like a 1.24-era kubelet",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run until SIGTERM or SIGINT; SIGHUP restarts the kubelet."""
+    args = _parser().parse_args(argv)
+    # The signals are blocked in every thread (threads inherit the mask, so before any
+    # starts) and taken with sigwaitinfo: no handler can interrupt a thread holding a lock.
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
+        standin = KubeletStandin(
+            args.dir, register_first=args.register_first, state_file=args.state_file
+        )
+        with standin:
+            while signal.sigwaitinfo(_SIGNALS).si_signo == signal.SIGHUP:
+                standin.restart()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

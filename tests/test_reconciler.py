@@ -1,0 +1,77 @@
+"""The reconcile step in-process: config diffs in, plugin servers (real sockets) out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from types import MappingProxyType
+
+from token_resource.config import AgentSettings, Config, ResourceSpec, diff_configs
+from token_resource.reconciler import PluginState, Reconciler
+
+
+def config(directory: Path, **counts: int) -> Config:
+    resources = {
+        f"example.com/{name}": ResourceSpec(
+            name=f"example.com/{name}", count=count, env=f"ENV_{name.upper()}", source=Path("t")
+        )
+        for name, count in counts.items()
+    }
+    return Config(AgentSettings(directory), MappingProxyType(resources), ())
+
+
+def test_apply_starts_updates_and_stops_only_what_changed(device_plugin_dir: Path) -> None:
+    changes: list[int] = []
+
+    async def scenario() -> None:
+        reconciler = Reconciler(device_plugin_dir, lambda: changes.append(1))
+        empty, first = config(device_plugin_dir), config(device_plugin_dir, a=1, b=2)
+        await reconciler.apply(diff_configs(empty, first))
+        assert reconciler.states() == [
+            PluginState("example.com/a", 1, registered=False),
+            PluginState("example.com/b", 2, registered=False),
+        ]
+        inode_a = os.lstat(device_plugin_dir / "token-resource.example.com_a.sock").st_ino
+
+        second = config(device_plugin_dir, a=1, b=5, c=0)
+        await reconciler.apply(diff_configs(first, second))
+        assert [(s.name, s.count) for s in reconciler.states()] == [
+            ("example.com/a", 1),
+            ("example.com/b", 5),
+            ("example.com/c", 0),
+        ]
+        # Untouched: the same socket file, never re-created.
+        assert os.lstat(device_plugin_dir / "token-resource.example.com_a.sock").st_ino == inode_a
+
+        await reconciler.apply(diff_configs(second, config(device_plugin_dir, c=0)))
+        assert [s.name for s in reconciler.states()] == ["example.com/c"]
+        assert sorted(p.name for p in device_plugin_dir.iterdir()) == [
+            "token-resource.example.com_c.sock"
+        ]
+        await reconciler.close()
+        assert list(device_plugin_dir.iterdir()) == []
+
+    asyncio.run(scenario())
+    assert changes
+
+
+def test_a_lost_socket_is_served_again(device_plugin_dir: Path) -> None:
+    async def scenario() -> None:
+        reconciler = Reconciler(device_plugin_dir, lambda: None)
+        await reconciler.apply(
+            diff_configs(config(device_plugin_dir), config(device_plugin_dir, a=1))
+        )
+        path = device_plugin_dir / "token-resource.example.com_a.sock"
+        path.unlink()
+        reconciler.socket_removed(path.name)
+        for _ in range(500):
+            if path.exists():
+                break
+            await asyncio.sleep(0.01)
+        assert path.exists()
+        # No kubelet here: serving again, waiting for kubelet.sock to register.
+        assert reconciler.states() == [PluginState("example.com/a", 1, registered=False)]
+        await reconciler.close()
+
+    asyncio.run(scenario())
