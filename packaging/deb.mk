@@ -1,0 +1,59 @@
+# Debian package and the system tests that install it into a booted Debian 12
+# container. Included from the Makefile (`-include packaging/*.mk`).
+#
+#   make deb                          -> dist/token-resource_<version>_all.deb (+ lintian)
+#   make deb DEB_VERSION=0.1.0+test1  -> same tree, another version (upgrade tests)
+#   make system-test                  -> tests/system (root; see packaging/README-system-tests.md)
+#
+# The version comes from pyproject.toml's [project].version. The package is
+# built in a copy of the tree under build/deb/, where packaging/debian becomes
+# debian/ and debian/changelog is generated; an overridden DEB_VERSION is also
+# written into that copy's pyproject.toml, so `token-resource --version` agrees
+# (it must then be a valid PEP 440 version too, e.g. 0.1.0+test1).
+
+PYPROJECT_VERSION := $(shell sed -n '/^\[project\]/,/^\[/s/^version *= *"\([^"]*\)".*/\1/p' pyproject.toml)
+DEB_VERSION ?= $(PYPROJECT_VERSION)
+DEB_LINT ?= yes
+DEB_BUILD_DIR := build/deb/$(DEB_VERSION)
+DEB_SRC := $(DEB_BUILD_DIR)/token-resource-$(DEB_VERSION)
+DEB_DIST ?= dist
+DEB_FILE := $(DEB_DIST)/token-resource_$(DEB_VERSION)_all.deb
+DEB_MAINTAINER := $(shell sed -n 's/^Maintainer: //p' packaging/debian/control)
+# Debian's own python3, pybuild and dpkg tools, never a pyenv shim or a venv.
+DEB_ENV := env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV -u PYENV_VERSION \
+	PATH=/usr/sbin:/usr/bin:/sbin:/bin
+SYSTEM_TEST_PYTHON ?= $(NEWEST)/bin/python
+SYSTEM_TEST_ARGS ?=
+
+.PHONY: deb system-test
+
+deb:
+	@test -n "$(DEB_VERSION)" || { echo "deb: no [project].version in pyproject.toml" >&2; exit 1; }
+	@for f in etc/token-resource.toml systemd/token-resource.service README.md; do \
+		test -f $$f || { echo "deb: $$f is missing" >&2; exit 1; }; done
+	rm -rf $(DEB_BUILD_DIR)
+	mkdir -p $(DEB_SRC)/packaging $(DEB_DIST)
+	cp -r agent etc systemd pyproject.toml README.md $(DEB_SRC)/
+	if [ -d packaging/man ]; then cp -r packaging/man $(DEB_SRC)/packaging/; fi
+	cp -r packaging/debian $(DEB_SRC)/debian
+	find $(DEB_SRC) \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
+	sed -i '/^\[project\]/,/^\[/s/^version *= *".*"/version = "$(DEB_VERSION)"/' $(DEB_SRC)/pyproject.toml
+	printf '%s\n' \
+		'token-resource ($(DEB_VERSION)) unstable; urgency=medium' '' \
+		'  * Release $(DEB_VERSION), built from pyproject.toml.' '' \
+		' -- $(DEB_MAINTAINER)  $(shell date -R)' > $(DEB_SRC)/debian/changelog
+	cd $(DEB_SRC) && $(DEB_ENV) dpkg-buildpackage --build=full --no-sign -j1 >../build.log 2>&1 \
+		|| { tail -n 60 ../build.log >&2; echo "deb: build failed, log in $(DEB_BUILD_DIR)/build.log" >&2; exit 1; }
+	cp $(DEB_BUILD_DIR)/token-resource_$(DEB_VERSION)_all.deb $(DEB_FILE)
+	if [ "$(DEB_LINT)" = yes ]; then \
+		tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		$(DEB_ENV) TMPDIR=$$tmp lintian --fail-on warning \
+			$(DEB_BUILD_DIR)/token-resource_$(DEB_VERSION)_*.changes; fi
+	@echo "built $(DEB_FILE)"
+
+# Needs root and the host packages in packaging/README-system-tests.md. The Debian 12
+# rootfs is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/token-resource-tests/; the
+# newer version for the upgrade test is built by the tests themselves.
+system-test: deb $(NEWEST)/.installed
+	TOKEN_RESOURCE_DEB=$(CURDIR)/$(DEB_FILE) \
+		$(SYSTEM_TEST_PYTHON) -m pytest -p no:cacheprovider tests/system $(SYSTEM_TEST_ARGS)

@@ -1,0 +1,155 @@
+"""System tests: the .deb in a booted Debian 12 container with systemd as PID 1.
+
+They run as root on the host and FAIL (never skip) when the host lacks something: CI must not
+pass them silently. Needs: packaging/README-system-tests.md. `make system-test` runs them.
+
+Environment:
+  TOKEN_RESOURCE_DEB          the .deb under test (default: built now with packaging/deb.mk)
+  TOKEN_RESOURCE_UPGRADE_DEB  a newer build of the same tree (default: built now)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.system import harness
+from tests.system.node import AgentNode
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+STANDIN = REPO / "tests/standin/kubelet.py"
+# Booting, installing and the watchdog test take longer than the unit tests' 120 s default.
+SYSTEM_TEST_TIMEOUT = 900
+
+ACTIVE_NODES: list[AgentNode] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SYSTEM_TEST_TIMEOUT))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and HERE in Path(str(item.fspath)).parents:
+        for node in ACTIVE_NODES:
+            report.sections.append((f"journalctl -b of container {node.name}", node.journal()))
+
+
+@pytest.fixture(scope="session")
+def host() -> None:
+    problem = ""
+    try:
+        harness.check_host()
+        return
+    except harness.HarnessError as error:
+        problem = str(error)
+    pytest.fail(problem, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def session_dir(host: None) -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="token-resource-systest-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def rootfs(session_dir: Path) -> Path:
+    problem = ""
+    try:
+        return harness.unpack_rootfs(harness.rootfs_tarball(), session_dir)
+    except harness.HarnessError as error:
+        problem = str(error)
+    pytest.fail(problem, pytrace=False)
+
+
+def project_version() -> str:
+    pyproject = (REPO / "pyproject.toml").read_text()
+    match = re.search(r'^\[project\][^[]*?^version\s*=\s*"([^"]+)"', pyproject, re.M | re.S)
+    assert match, "no [project].version in pyproject.toml"
+    return match.group(1)
+
+
+def _build_deb(version: str, into: Path) -> Path:
+    harness.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(REPO),
+            "-f",
+            "packaging/deb.mk",
+            "deb",
+            f"DEB_VERSION={version}",
+            "DEB_LINT=no",
+            f"DEB_DIST={into}",
+        ],
+        timeout=600,
+    )
+    return into / f"token-resource_{version}_all.deb"
+
+
+@pytest.fixture(scope="session")
+def artifacts(session_dir: Path) -> Path:
+    """A directory bound read-only into every container at /srv/test."""
+    directory = session_dir / "artifacts"
+    directory.mkdir()
+    version = project_version()
+    deb = os.environ.get("TOKEN_RESOURCE_DEB")
+    upgrade = os.environ.get("TOKEN_RESOURCE_UPGRADE_DEB")
+    problem = None
+    try:
+        current = Path(deb) if deb else _build_deb(version, session_dir / "deb-current")
+        newer = (
+            Path(upgrade)
+            if upgrade
+            else _build_deb(f"{version}+systest1", session_dir / "deb-upgrade")
+        )
+    except harness.HarnessError as error:
+        problem = f"cannot build the .deb under test: {error}"
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    for path in (current, newer, STANDIN):
+        if not path.is_file():
+            pytest.fail(f"{path} is missing", pytrace=False)
+    shutil.copy(current, directory / "token-resource.deb")
+    shutil.copy(newer, directory / "token-resource-upgrade.deb")
+    shutil.copy(STANDIN, directory / "kubelet.py")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def boot_node(
+    rootfs: Path, artifacts: Path, session_dir: Path
+) -> Callable[[], AbstractContextManager[AgentNode]]:
+    """boot_node() -> context manager yielding a freshly booted container (torn down on exit)."""
+
+    @contextmanager
+    def boot() -> Iterator[AgentNode]:
+        node = AgentNode(rootfs=rootfs, binds=[(artifacts, "/srv/test")])
+        try:
+            node.start(session_dir)
+            ACTIVE_NODES.append(node)
+            yield node
+        except harness.HarnessError as error:
+            pytest.fail(str(error), pytrace=False)
+        finally:
+            if node in ACTIVE_NODES:
+                ACTIVE_NODES.remove(node)
+            node.stop()
+
+    return boot

@@ -1,0 +1,266 @@
+"""The installed .deb under a real systemd: readiness, reload, watchdog, kubelet restarts.
+
+One container for the module (booting and installing cost ~15 s); each test leaves the agent
+running the shipped configuration for the next one, and the module's tests run in file order.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+
+from tests.system.node import CONFIG, UNIT, AgentNode, wait_for
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON_LIBRARIES = ("python3-grpcio", "python3-protobuf", "python3-sdnotify", "python3-watchdog")
+
+
+def shipped_counts() -> dict[str, int]:
+    resources = tomllib.loads((REPO / "etc/token-resource.toml").read_text())["resources"]
+    return {
+        name: value if isinstance(value, int) else value["count"]
+        for name, value in resources.items()
+    }
+
+
+SHIPPED = shipped_counts()
+TOKEN = "example.com/token"
+BROKEN = '[resources]\n"example.com/token" = -1\n'
+BROKEN_REASON = 'key resources."example.com/token"'
+
+
+@pytest.fixture(scope="module")
+def node(boot_node: Callable[[], AbstractContextManager[AgentNode]]) -> Iterator[AgentNode]:
+    with boot_node() as node:
+        # The stand-in imports grpc and token_resource, which the .deb brings: its unit is
+        # enabled now and started after the install, so the agent also proves it waits for a
+        # kubelet that comes up after it.
+        node.install_kubelet(start=False)
+        node.install_output = node.exec(  # type: ignore[attr-defined]
+            ["apt-get", "install", "-y", "-q", "/srv/test/token-resource.deb"], timeout=300
+        ).stdout
+        node.systemctl("start", "kubelet.service")
+        yield node
+
+
+@pytest.fixture
+def shipped_config_after(node: AgentNode) -> Iterator[None]:
+    """Put the shipped configuration back after the test and wait until it is served."""
+    yield
+    node.exec(
+        [
+            "sh",
+            "-c",
+            f"dpkg-deb --fsys-tarfile /srv/test/token-resource.deb | tar -xO .{CONFIG} > {CONFIG}",
+        ]
+    )
+    if node.show("ActiveState") != "active":
+        node.systemctl("start", UNIT)
+    node.systemctl("reload", UNIT)
+    node.wait_for_counts(SHIPPED)
+
+
+def test_install_pulls_debian_python_libraries(node: AgentNode) -> None:
+    installed = node.install_output  # type: ignore[attr-defined]
+    new = re.search(r"NEW packages will be installed:\n((?:  .*\n)+)", installed)
+    assert new, installed
+    for package in PYTHON_LIBRARIES:
+        assert package in new.group(1).split(), f"{package} not pulled in:\n{installed}"
+        status = node.exec(["dpkg-query", "-W", "-f=${Status} ${Version}", package]).stdout
+        assert status.startswith("install ok installed"), status
+    # Debian's libraries and the package's code, all in Debian's dist-packages; no virtualenv.
+    where = node.exec(
+        [
+            "python3",
+            "-c",
+            "import grpc, google.protobuf, token_resource; "
+            "print(grpc.__file__, google.protobuf.__file__, token_resource.__file__)",
+        ]
+    ).stdout.split()
+    assert all(path.startswith("/usr/lib/python3/dist-packages/") for path in where), where
+    files = node.exec(["dpkg", "-L", "token-resource"]).stdout
+    assert "pyvenv.cfg" not in files, files
+    assert "site-packages" not in files, files
+    shebang = node.exec(["head", "-1", "/usr/bin/token-resource"]).stdout.strip()
+    assert shebang == "#!/usr/bin/python3"
+    version = node.exec(["dpkg-query", "-W", "-f=${Version}", "token-resource"]).stdout
+    assert node.exec(["token-resource", "--version"]).stdout.split() == ["token-resource", version]
+
+
+def test_unit_enabled_active_and_kubelet_sees_every_resource(node: AgentNode) -> None:
+    assert node.systemctl("is-enabled", UNIT).stdout.strip() == "enabled"
+    assert node.systemctl("is-active", UNIT).stdout.strip() == "active"
+    view = node.wait_for_counts(SHIPPED)
+    for name, resource in view["resources"].items():
+        assert resource["endpoint"] == f"token-resource.{name.replace('/', '_')}.sock"
+    assert not view["rejected"], view["rejected"]
+
+
+def test_ordered_after_kubelet_without_depending_on_it(node: AgentNode) -> None:
+    assert "kubelet.service" in node.show("After").split()
+    for prop in ("Requires", "Requisite", "BindsTo", "PartOf", "Wants"):
+        assert "kubelet.service" not in node.show(prop).split(), prop
+    # The kubelet stopping does not take the agent down with it.
+    node.systemctl("stop", "kubelet.service")
+    try:
+        assert node.show("ActiveState") == "active"
+    finally:
+        node.systemctl("start", "kubelet.service")
+    node.wait_for_counts(SHIPPED)
+
+
+def test_start_returns_after_ready_and_status_shows_the_agents_status(node: AgentNode) -> None:
+    node.systemctl("stop", UNIT)
+    assert node.show("ActiveState") == "inactive"
+    node.systemctl("start", UNIT)
+    # Type=notify: by the time `systemctl start` returns, READY=1 has come, so the agent is
+    # serving: running, with its control socket answering and its STATUS= published.
+    assert (node.show("ActiveState"), node.show("SubState")) == ("active", "running")
+    answer = node.exec(["token-resource", "status"]).stdout
+    status_text = node.show("StatusText")
+    assert f"{TOKEN}={SHIPPED[TOKEN]}" in status_text, status_text
+    status = node.systemctl("status", "--no-pager", "--lines=0", UNIT).stdout
+    assert f'Status: "{status_text}"' in status, status
+    assert f"{TOKEN}={SHIPPED[TOKEN]}" in answer, answer
+    node.wait_for_counts(SHIPPED)
+
+
+def test_broken_file_fails_the_start_with_its_reason(
+    node: AgentNode, shipped_config_after: None
+) -> None:
+    node.systemctl("stop", UNIT)
+    node.write(CONFIG, BROKEN)
+    result = node.systemctl("start", UNIT, check=False)
+    assert result.returncode != 0
+    assert BROKEN_REASON in node.unit_journal()
+    # Restart= keeps trying (every RestartSec, never giving up).
+    assert node.show("ActiveState") in ("activating", "failed")
+    status = node.systemctl("status", "--no-pager", UNIT, check=False).stdout
+    assert "ExecStartPre=/usr/bin/token-resource check (code=exited, status=1" in status, status
+
+
+def test_status_shows_why_a_broken_file_keeps_the_agent_down(
+    node: AgentNode, shipped_config_after: None
+) -> None:
+    node.systemctl("stop", UNIT)
+    node.write(CONFIG, BROKEN)
+    node.systemctl("start", UNIT, check=False)
+    # While a unit waits to restart, systemd 252's `systemctl status` shows no log lines;
+    # `token-resource check` puts the reason into STATUS= instead (NotifyAccess=exec).
+    status = node.systemctl("status", "--no-pager", UNIT, check=False).stdout
+    assert BROKEN_REASON in status, status
+
+
+def test_edit_applies_live_with_the_same_process(
+    node: AgentNode, shipped_config_after: None
+) -> None:
+    pid = node.main_pid()
+    changed = {**SHIPPED, TOKEN: SHIPPED[TOKEN] + 1}
+    node.write_config(changed)
+    node.wait_for_counts(changed)
+    assert node.main_pid() == pid
+
+
+def test_systemctl_reload_applies_a_valid_file_before_returning(
+    node: AgentNode, shipped_config_after: None
+) -> None:
+    pid = node.main_pid()
+    changed = {**SHIPPED, TOKEN: SHIPPED[TOKEN] + 2, "example.com/extra": 3}
+    node.write_config(changed)
+    node.systemctl("reload", UNIT)
+    # Applied when reload returns: the agent already serves the new counts.
+    status = node.exec(["token-resource", "status"]).stdout
+    for name, count in changed.items():
+        assert f"{name}={count}" in status, status
+    assert node.show("ActiveState") == "active"
+    node.wait_for_counts(changed, timeout=10)
+    assert node.main_pid() == pid
+
+
+def test_systemctl_reload_rejects_an_invalid_file_and_keeps_serving(
+    node: AgentNode, shipped_config_after: None
+) -> None:
+    pid = node.main_pid()
+    node.write(CONFIG, '[resources]\n"example.com/token" = "many"\n')
+    result = node.systemctl("reload", UNIT, check=False)
+    assert result.returncode != 0, result.stdout + result.stderr
+    # systemctl points at the unit's status; the reason is there and in the journal.
+    status = node.systemctl("status", "--no-pager", "--lines=20", UNIT, check=False).stdout
+    assert "example.com/token" in status, status
+    assert node.show("ActiveState") == "active"
+    assert node.main_pid() == pid
+    node.wait_for_counts(SHIPPED, timeout=5)
+    assert "rejected" in node.show("StatusText")
+
+
+def test_kubelet_restart_is_followed_by_registration(node: AgentNode) -> None:
+    before = node.wait_for_counts(SHIPPED)
+    # In-process restart: every socket in the directory is wiped, kubelet.sock is new.
+    node.systemctl("reload", "kubelet.service")
+    node.wait_for_counts(SHIPPED, min_generation=before["generation"] + 1)
+    assert set(node.agent_sockets()) == {
+        f"token-resource.{name.replace('/', '_')}.sock" for name in SHIPPED
+    }
+    # A new kubelet process (its state file starts empty).
+    node.systemctl("stop", "kubelet.service")
+    node.exec(["rm", "-f", "/run/kubelet-standin/state.json"])
+    node.systemctl("start", "kubelet.service")
+    node.wait_for_counts(SHIPPED, min_registrations=1)
+
+
+def test_watchdog_restarts_a_frozen_agent_which_registers_again(node: AgentNode) -> None:
+    before = node.wait_for_counts(SHIPPED)
+    pid, restarts = node.main_pid(), int(node.show("NRestarts"))
+    node.exec(["kill", "-STOP", str(pid)])
+    new_pid = wait_for(
+        lambda: (p := node.main_pid()) not in (0, pid) and p,
+        timeout=60,
+        what="systemd's watchdog to replace the frozen agent",
+    )
+    assert "Watchdog timeout" in node.unit_journal()
+    wait_for(lambda: node.show("ActiveState") == "active", 30, "the new agent to be active")
+    assert int(node.show("NRestarts")) == restarts + 1
+    registrations = {name: before["resources"][name]["registrations"] + 1 for name in SHIPPED}
+    view = node.wait_for_view(
+        lambda v: all(
+            v["resources"][n]["registrations"] >= registrations[n]
+            and v["resources"][n]["allocatable"] == SHIPPED[n]
+            for n in SHIPPED
+        ),
+        "the restarted agent to register every resource again",
+    )
+    assert view["resources"]
+    assert node.main_pid() == new_pid
+
+
+def test_systemd_analyze_verify_is_silent(node: AgentNode) -> None:
+    result = node.exec(
+        ["systemd-analyze", "verify", "--man=no", f"/lib/systemd/system/{UNIT}"], check=False
+    )
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_stop_leaves_no_sockets(node: AgentNode) -> None:
+    node.wait_for_counts(SHIPPED)
+    assert node.agent_sockets()
+    node.systemctl("stop", UNIT)
+    assert node.agent_sockets() == []
+    assert node.exec(["test", "-e", "/run/token-resource/control.sock"], check=False).returncode
+    assert "kubelet.sock" in node.plugin_dir()
+    # The kubelet notices: every stream ends, nothing allocatable is left.
+    node.wait_for_view(
+        lambda v: all(r["allocatable"] == 0 for r in v["resources"].values()),
+        "the kubelet to see every resource go",
+    )
+    node.systemctl("start", UNIT)
+    node.wait_for_counts(SHIPPED)

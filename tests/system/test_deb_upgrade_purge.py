@@ -1,0 +1,74 @@
+"""Package life cycle: upgrade with a locally modified conffile, then purge."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+import pytest
+
+from tests.system.node import CONFIG, PLUGIN_DIR, UNIT, AgentNode, config_text
+
+LOCAL = {"example.com/token": 7, "example.com/local": 1}
+
+
+@pytest.fixture(scope="module")
+def node(boot_node: Callable[[], AbstractContextManager[AgentNode]]) -> Iterator[AgentNode]:
+    with boot_node() as node:
+        node.install_kubelet(start=False)
+        node.exec(["apt-get", "install", "-y", "-q", "/srv/test/token-resource.deb"], timeout=300)
+        node.systemctl("start", "kubelet.service")
+        yield node
+
+
+def package_version(node: AgentNode) -> str:
+    return node.exec(["dpkg-query", "-W", "-f=${Version}", "token-resource"]).stdout
+
+
+def test_upgrade_keeps_a_modified_conffile_and_restarts_the_agent(node: AgentNode) -> None:
+    node.write_config(LOCAL)
+    node.wait_for_counts(LOCAL)
+    old_version, old_pid = package_version(node), node.main_pid()
+    # No --force-conf* option: an upgrade that would prompt about the conffile hangs or fails.
+    node.exec(
+        ["apt-get", "install", "-y", "-q", "/srv/test/token-resource-upgrade.deb"], timeout=300
+    )
+    new_version = package_version(node)
+    assert new_version != old_version
+    assert (
+        node.exec(
+            ["dpkg", "--compare-versions", new_version, "gt", old_version], check=False
+        ).returncode
+        == 0
+    )
+    assert node.read(CONFIG) == config_text(LOCAL)
+    assert node.exec(["token-resource", "--version"]).stdout.split() == [
+        "token-resource",
+        new_version,
+    ]
+    assert node.show("ActiveState") == "active"
+    new_pid = node.main_pid()
+    assert new_pid not in (0, old_pid), "the upgrade did not restart the agent"
+    node.wait_for_counts(LOCAL, min_registrations=2)
+
+
+def test_purge_removes_unit_config_and_sockets(node: AgentNode) -> None:
+    node.exec(["apt-get", "purge", "-y", "-q", "token-resource"], timeout=300)
+    status = node.exec(
+        ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "token-resource"], check=False
+    ).stdout.strip()
+    assert status in ("", "un"), status
+    for path in (
+        CONFIG,
+        f"/lib/systemd/system/{UNIT}",
+        f"/etc/systemd/system/multi-user.target.wants/{UNIT}",
+        "/var/lib/systemd/deb-systemd-helper-enabled/token-resource.service.dsh-also",
+        "/run/token-resource",
+        "/usr/bin/token-resource",
+    ):
+        assert node.exec(["test", "-e", path], check=False).returncode != 0, f"{path} is left"
+    assert node.show("LoadState") == "not-found"
+    assert node.exec(["pgrep", "-f", "token-resource run"], check=False).returncode != 0
+    # Only the kubelet's own socket is left in its directory.
+    assert node.plugin_dir() == ["kubelet.sock"], node.plugin_dir()
+    assert node.exec(["test", "-S", f"{PLUGIN_DIR}/kubelet.sock"], check=False).returncode == 0
