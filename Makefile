@@ -33,7 +33,7 @@ unit: $(OLDEST)/.installed $(NEWEST)/.installed
 	$(OLDEST)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
 	$(NEWEST)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
 
-test: lint unit
+test: lint unit system-test
 
 # Regenerate the protocol module with protoc 3.21 (grpcio-tools 1.51): its output imports
 # on Debian 12's python3-protobuf 3.21 and on current PyPI releases; newer generators' does not.
