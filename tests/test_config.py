@@ -10,10 +10,13 @@ import pytest
 from token_resource.config import (
     DEFAULT_CONFIG_PATH,
     DEFAULT_DEVICE_PLUGIN_DIR,
+    DEVICE_PLUGIN,
     MAX_COUNT,
+    NODE_STATUS,
     AgentSettings,
     Config,
     ConfigError,
+    KubernetesSettings,
     ResourceSpec,
     _find_line,
     config_files,
@@ -234,20 +237,26 @@ def test_deeply_nested_toml_is_a_config_error() -> None:
 @pytest.mark.parametrize(
     ("text", "key", "line", "allowed"),
     [
-        ("\nkubernetes = 1\n", "kubernetes", 2, "agent, resources"),
-        ("[kubernetes.api]\nurl = 1\n", "kubernetes", 1, "agent, resources"),
+        ("\ncluster = 1\n", "cluster", 2, "agent, kubernetes, resources"),
+        ("[cluster.api]\nurl = 1\n", "cluster", 1, "agent, kubernetes, resources"),
+        (
+            "[kubernetes]\nserver = 1\n",
+            "kubernetes.server",
+            2,
+            "in_cluster, kubeconfig, node_name, resync_seconds",
+        ),
         ('[agent]\ndevice_plugin_dir = "/x"\nsocket = 1\n', "agent.socket", 3, "device_plugin_dir"),
         (
-            '[resources."example.com/token"]\ncount = 1\nadvertise = true\n',
-            f"{TOKEN_KEY}.advertise",
+            '[resources."example.com/token"]\ncount = 1\ncolour = true\n',
+            f"{TOKEN_KEY}.colour",
             3,
-            "count, env",
+            "advertise, count, env",
         ),
         (
             '[resources]\n"example.com/token" = { count = 1, "odd key" = 2 }\n',
             f'{TOKEN_KEY}."odd key"',
             2,
-            "count, env",
+            "advertise, count, env",
         ),
     ],
 )
@@ -590,3 +599,90 @@ def test_diff_of_equal_resources_is_empty() -> None:
     assert diff.empty
     assert diff.unchanged == (spec("a.com/x", 1),)
     assert diff_configs(parse(""), parse("")).empty
+
+
+# Node-status resources and API access
+
+
+def test_node_status_resources_and_kubernetes_settings() -> None:
+    config = parse(
+        '[kubernetes]\nkubeconfig = "/etc/k.conf"\nnode_name = "node-1"\nresync_seconds = 5\n'
+        '[resources]\n"example.com/token" = 2\n'
+        '[resources."example.com/dongle"]\ncount = 4\nadvertise = "node-status"\n'
+    )
+    assert config.kubernetes == KubernetesSettings(
+        kubeconfig=Path("/etc/k.conf"), in_cluster=False, node_name="node-1", resync_seconds=5.0
+    )
+    assert config.resources["example.com/dongle"].advertise == NODE_STATUS
+    assert config.resources["example.com/token"].advertise == DEVICE_PLUGIN
+    assert list(config.advertised_by(NODE_STATUS).resources) == ["example.com/dongle"]
+    assert list(config.advertised_by(DEVICE_PLUGIN).resources) == ["example.com/token"]
+
+
+def test_kubernetes_defaults() -> None:
+    assert parse("").kubernetes == KubernetesSettings(
+        kubeconfig=Path("/etc/kubernetes/kubelet.conf"),
+        in_cluster=False,
+        node_name=None,
+        resync_seconds=30.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[resources."example.com/d"]\ncount = 1\nadvertise = "api"\n',
+            f'{MAIN}, line 3, key resources."example.com/d".advertise: advertise must be'
+            ' "device-plugin" or "node-status", got "api"',
+        ),
+        (
+            '[resources."example.com/d"]\ncount = 1\nadvertise = "node-status"\nenv = "X"\n',
+            f'{MAIN}, line 4, key resources."example.com/d".env: env only applies to'
+            " device-plugin resources: node-status resources allocate no IDs",
+        ),
+        (
+            '[kubernetes]\nnode_name = "Node_1"\n',
+            f"{MAIN}, line 2, key kubernetes.node_name: node_name must be a Node name"
+            ' (a lowercase DNS subdomain), got "Node_1"',
+        ),
+        (
+            "[kubernetes]\nresync_seconds = 0.5\n",
+            f"{MAIN}, line 2, key kubernetes.resync_seconds: resync_seconds must be a number"
+            " between 1 and 3600, got 0.5",
+        ),
+        (
+            '[kubernetes]\nin_cluster = "yes"\n',
+            f"{MAIN}, line 2, key kubernetes.in_cluster:"
+            ' in_cluster must be true or false, got "yes"',
+        ),
+        (
+            '[kubernetes]\nkubeconfig = "kubelet.conf"\n',
+            f"{MAIN}, line 2, key kubernetes.kubeconfig: kubeconfig must be an absolute path,"
+            ' got "kubelet.conf"',
+        ),
+        (
+            '[kubernetes]\nkubeconfig = "/k.conf"\nin_cluster = true\n',
+            "key kubernetes: set either kubeconfig or in_cluster = true, not both",
+        ),
+    ],
+)
+def test_node_status_errors(text: str, message: str) -> None:
+    assert str(parse_error(text)) == message
+
+
+def test_node_status_resources_do_not_claim_an_env_name() -> None:
+    config = parse(
+        '[resources]\n"example.com/token" = 1\n'
+        '[resources."example.com/TOKEN"]\ncount = 1\nadvertise = "node-status"\n'
+    )
+    assert len(config.resources) == 2
+
+
+def test_moving_a_resource_between_modes_is_a_change_each_mode_sees() -> None:
+    before = parse('[resources]\n"example.com/x" = 1\n')
+    after = parse('[resources."example.com/x"]\ncount = 1\nadvertise = "node-status"\n')
+    plugins = diff_configs(before.advertised_by(DEVICE_PLUGIN), after.advertised_by(DEVICE_PLUGIN))
+    status = diff_configs(before.advertised_by(NODE_STATUS), after.advertised_by(NODE_STATUS))
+    assert [spec.name for spec in plugins.removed] == ["example.com/x"]
+    assert [spec.name for spec in status.added] == ["example.com/x"]

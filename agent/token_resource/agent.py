@@ -15,6 +15,8 @@ from types import MappingProxyType
 from typing import Any
 
 from token_resource.config import (
+    DEVICE_PLUGIN,
+    NODE_STATUS,
     Config,
     ConfigDiff,
     ConfigError,
@@ -25,6 +27,7 @@ from token_resource.config import (
 from token_resource.control import Answer, ControlServer
 from token_resource.fswatch import DirectoryWatcher, FileEvent
 from token_resource.lock import directory_lock
+from token_resource.nodestatus import NodeStatusAdvertiser
 from token_resource.notify import SystemdNotifier
 from token_resource.protocol import KUBELET_SOCKET
 from token_resource.reconciler import Reconciler
@@ -51,6 +54,8 @@ class Agent:
         self._notifier = notifier
         self._control = ControlServer(control_socket, self._on_control)
         self._reconciler = Reconciler(config.agent.device_plugin_dir, self._publish_status)
+        # Only built once a node-status resource is configured: no API access otherwise.
+        self._advertiser: NodeStatusAdvertiser | None = None
         self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
@@ -106,9 +111,18 @@ class Agent:
             return answer
 
     async def _apply(self, config: Config) -> ConfigDiff:
-        diff = diff_configs(self._config, config)
-        await self._reconciler.apply(diff)
-        self._config = config
+        plugins_before, plugins_after = (
+            c.advertised_by(DEVICE_PLUGIN) for c in (self._config, config)
+        )
+        await self._reconciler.apply(diff_configs(plugins_before, plugins_after))
+        node_status = {
+            name: spec.count for name, spec in config.advertised_by(NODE_STATUS).resources.items()
+        }
+        if node_status and self._advertiser is None:
+            self._advertiser = NodeStatusAdvertiser(config.kubernetes, self._publish_status)
+        if self._advertiser is not None:
+            self._advertiser.apply(config.kubernetes, node_status)
+        diff, self._config = diff_configs(self._config, config), config
         return diff
 
     def _check_restart_only_settings(self, config: Config) -> None:
@@ -192,8 +206,11 @@ class Agent:
     def _status(self) -> str:
         """One line for ``systemctl status``: resources, registration, the last config error."""
         states = self._reconciler.states()
-        if not states:
+        node_status = self._advertiser.state() if self._advertiser is not None else None
+        if not states and not (node_status and node_status.desired):
             text = "no resources configured"
+        elif not states:
+            text = "no device-plugin resources"
         else:
             listed = ", ".join(f"{state.name}={state.count}" for state in states[:_STATUS_LISTED])
             if len(states) > _STATUS_LISTED:
@@ -204,6 +221,10 @@ class Agent:
             else:
                 where = "waiting for the kubelet"
             text = f"{len(states)} resource(s), {where}: {listed}"
+        if node_status is not None and (node_status.desired or node_status.state != "accepted"):
+            listed = ", ".join(f"{name}={count}" for name, count in node_status.desired.items())
+            text += f"; node status of {node_status.node}: {node_status.state}"
+            text += f" ({node_status.reason})" if node_status.reason else f" ({listed})"
         if self._last_error:
             text += f"; last reload rejected: {self._last_error[:_STATUS_ERROR_CHARS]}"
         return text
@@ -219,6 +240,9 @@ class Agent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._control.close()
         await self._reconciler.close()
+        if self._advertiser is not None:
+            # The Node keeps its capacity: stopping or upgrading must not take tokens away.
+            await self._advertiser.close()
 
 
 def _describe(diff: ConfigDiff) -> str:

@@ -8,12 +8,22 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from token_resource import __version__
 from token_resource.agent import Agent
-from token_resource.config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+from token_resource.config import (
+    DEFAULT_CONFIG_PATH,
+    MAX_COUNT,
+    Config,
+    ConfigError,
+    KubernetesSettings,
+    load_config,
+    resource_name_problem,
+)
 from token_resource.control import ControlError, default_control_socket, request
+from token_resource.kube import KubeError, NodeClient, capacity_path, load_credentials, node_name
 from token_resource.lock import LockError
 from token_resource.notify import SystemdNotifier
 from token_resource.sockets import SocketPathError, socket_name
@@ -26,7 +36,13 @@ RELOAD_TIMEOUT = 90.0
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(args.verbose)
-    handlers = {"run": _run, "check": _check, "reload": _reload, "status": _status}
+    handlers = {
+        "run": _run,
+        "check": _check,
+        "reload": _reload,
+        "status": _status,
+        "node-status": _node_status,
+    }
     return handlers[args.command](args)
 
 
@@ -65,7 +81,38 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--timeout", type=float, default=RELOAD_TIMEOUT, help="seconds to wait"
         )
+
+    node = commands.add_parser(
+        "node-status",
+        help="show, set or remove a Node's extended resources on the API server, by hand",
+        description="Uses the [kubernetes] settings of the configuration file (the kubelet's "
+        "kubeconfig by default). Resources the running agent advertises by node status are put "
+        "back by it at its next sync.",
+    )
+    node.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help=config_help)
+    node.add_argument("--kubeconfig", type=Path, help="use this kubeconfig instead")
+    node.add_argument("--node", help="the Node (default: the configured one, else the host name)")
+    actions = node.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("show", help="the Node's extended resources: capacity and allocatable")
+    set_ = actions.add_parser("set", help="add or change extended resources")
+    set_.add_argument("assignments", nargs="+", metavar="NAME=COUNT", type=_assignment)
+    remove = actions.add_parser("remove", help="remove extended resources")
+    remove.add_argument("names", nargs="+", metavar="NAME", type=_resource_name)
     return parser
+
+
+def _resource_name(text: str) -> str:
+    problem = resource_name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}")
+    return text
+
+
+def _assignment(text: str) -> tuple[str, int]:
+    name, equals, count = text.rpartition("=")
+    if not equals or not count.isdigit() or int(count) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text}: expected NAME=COUNT, COUNT 0 to {MAX_COUNT}")
+    return _resource_name(name), int(count)
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -142,6 +189,50 @@ def _reload(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     return _ask(args, "status")
+
+
+def _node_status(args: argparse.Namespace) -> int:
+    try:
+        settings = _kubernetes_settings(args)
+    except ConfigError as error:
+        return _complain(error)
+    node = args.node or node_name(settings)
+    if args.action == "set":
+        operations = [
+            {"op": "add", "path": capacity_path(name), "value": str(count)}
+            for name, count in args.assignments
+        ]
+    elif args.action == "remove":
+        operations = [{"op": "remove", "path": capacity_path(name)} for name in args.names]
+    else:
+        operations = []
+    try:
+        client = NodeClient(load_credentials(settings))
+        if operations:
+            client.patch_node_status(node, operations)
+        status = client.get_node(node).get("status", {})
+    except KubeError as error:
+        print(f"token-resource node-status: node {node}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    capacity, allocatable = status.get("capacity", {}), status.get("allocatable", {})
+    extended = sorted(name for name in {**capacity, **allocatable} if _is_extended(name))
+    print(f"node {node}: {len(extended)} extended resource(s)")
+    for name in extended:
+        counts = f"capacity {capacity.get(name, '-')}, allocatable {allocatable.get(name, '-')}"
+        print(f"  {name}: {counts}")
+    return EXIT_OK
+
+
+def _kubernetes_settings(args: argparse.Namespace) -> KubernetesSettings:
+    """The configuration file's [kubernetes] table (defaults without a file); --kubeconfig wins."""
+    settings = load_config(args.config).kubernetes if args.config.exists() else KubernetesSettings()
+    if args.kubeconfig is not None:
+        settings = replace(settings, kubeconfig=args.kubeconfig.absolute(), in_cluster=False)
+    return settings
+
+
+def _is_extended(name: str) -> bool:
+    return resource_name_problem(name) is None
 
 
 def _ask(args: argparse.Namespace, command: str) -> int:

@@ -16,6 +16,15 @@ The format (the main file and every drop-in share it)::
     count = 5                              # required
     env = "LICENSE_SEATS"                  # optional; default: default_env_name(name)
 
+    [resources."example.com/dongle"]
+    count = 4
+    advertise = "node-status"              # optional; default "device-plugin"
+
+    [kubernetes]                           # API access, for node-status resources only
+    kubeconfig = "/etc/kubernetes/kubelet.conf"   # or in_cluster = true
+    node_name = "node-1"                   # default: the host name, lower-cased
+    resync_seconds = 30                    # how often the Node is re-read and put right
+
 Drop-ins (``<stem>.d/*.toml`` next to the main file, in lexical order) override the main file:
 later files replace a whole resource definition and individual [agent] keys.
 """
@@ -34,13 +43,21 @@ from token_resource._compat import tomllib
 
 DEFAULT_CONFIG_PATH = Path("/etc/token-resource.toml")
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+# The kubelet's own credentials: its node identity may patch its own Node's status.
+DEFAULT_KUBECONFIG = Path("/etc/kubernetes/kubelet.conf")
+DEFAULT_RESYNC_SECONDS = 30.0
+MIN_RESYNC_SECONDS, MAX_RESYNC_SECONDS = 1.0, 3600.0
+# How a resource reaches the scheduler.
+DEVICE_PLUGIN, NODE_STATUS = "device-plugin", "node-status"
+ADVERTISE_MODES = (DEVICE_PLUGIN, NODE_STATUS)
 # A ListAndWatch list of 100k "token-N" devices is ~2.5 MB, under the kubelet's 4 MiB gRPC limit.
 MAX_COUNT = 100_000
 
 # Allowed keys per section: a new setting starts here.
-TOP_LEVEL_KEYS = frozenset({"agent", "resources"})
+TOP_LEVEL_KEYS = frozenset({"agent", "resources", "kubernetes"})
 AGENT_KEYS = frozenset({"device_plugin_dir"})
-RESOURCE_KEYS = frozenset({"count", "env"})
+RESOURCE_KEYS = frozenset({"count", "env", "advertise"})
+KUBERNETES_KEYS = frozenset({"kubeconfig", "in_cluster", "node_name", "resync_seconds"})
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
@@ -91,12 +108,17 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class ResourceSpec:
-    """One extended resource: `count` devices named to pods through the `env` variable."""
+    """One extended resource: `count` devices named to pods through the `env` variable.
+
+    ``advertise`` says how the scheduler learns the count: through a device plugin (the
+    kubelet), or by patching the Node's status on the API server (``env`` is then unused).
+    """
 
     name: str
     count: int
     env: str
     source: Path
+    advertise: str = DEVICE_PLUGIN
 
 
 @dataclass(frozen=True)
@@ -105,16 +127,34 @@ class AgentSettings:
 
 
 @dataclass(frozen=True)
+class KubernetesSettings:
+    """API server access for node-status resources."""
+
+    kubeconfig: Path = DEFAULT_KUBECONFIG
+    # The pod's service-account credentials instead of a kubeconfig.
+    in_cluster: bool = False
+    # None: the host name, lower-cased, as the kubelet names its Node.
+    node_name: str | None = None
+    resync_seconds: float = DEFAULT_RESYNC_SECONDS
+
+
+@dataclass(frozen=True)
 class Config:
     agent: AgentSettings
     resources: Mapping[str, ResourceSpec]
     files: tuple[Path, ...]
+    kubernetes: KubernetesSettings = KubernetesSettings()
 
     def __post_init__(self) -> None:
         # Immutable and in a stable order however it was built, so that holders of a Config can
         # share it and log or serve its resources deterministically.
         ordered = {name: self.resources[name] for name in sorted(self.resources)}
         object.__setattr__(self, "resources", MappingProxyType(ordered))
+
+    def advertised_by(self, mode: str) -> Config:
+        """The same configuration with only the resources advertised ``mode``'s way."""
+        kept = {name: spec for name, spec in self.resources.items() if spec.advertise == mode}
+        return replace(self, resources=kept)
 
 
 @dataclass(frozen=True)
@@ -163,16 +203,21 @@ def load_config(main: Path) -> Config:
 def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
     """Build a Config from (path, text) pairs: the main file first, then its drop-ins."""
     agent: dict[str, Any] = {}
+    kubernetes: dict[str, Any] = {}
     resources: dict[str, ResourceSpec] = {}
     for path, text in documents:
         document = _parse_document(path, text)
         agent.update(document.agent)
+        kubernetes.update(document.kubernetes)
         resources.update(document.resources)
     _check_unique_env(resources, dict(documents))
+    if kubernetes.get("in_cluster") and "kubeconfig" in kubernetes:
+        raise ConfigError("set either kubeconfig or in_cluster = true, not both", key="kubernetes")
     return Config(
         agent=AgentSettings(**agent),
         resources=resources,
         files=tuple(path for path, _ in documents),
+        kubernetes=KubernetesSettings(**kubernetes),
     )
 
 
@@ -239,6 +284,7 @@ class _Invalid(Exception):
 @dataclass(frozen=True)
 class _Document:
     agent: Mapping[str, Any]
+    kubernetes: Mapping[str, Any]
     resources: Mapping[str, ResourceSpec]
 
 
@@ -248,6 +294,7 @@ def _parse_document(path: Path, text: str) -> _Document:
         _check_keys(table, TOP_LEVEL_KEYS, ())
         return _Document(
             agent=_parse_agent(_section(table, "agent")),
+            kubernetes=_parse_kubernetes(_section(table, "kubernetes")),
             resources=_parse_resources(_section(table, "resources"), path),
         )
     except _Invalid as error:
@@ -300,6 +347,44 @@ def _parse_agent(table: Mapping[str, Any]) -> dict[str, Any]:
     return settings
 
 
+def _parse_kubernetes(table: Mapping[str, Any]) -> dict[str, Any]:
+    _check_keys(table, KUBERNETES_KEYS, ("kubernetes",))
+    settings: dict[str, Any] = {}
+    if "kubeconfig" in table:
+        settings["kubeconfig"] = _parse_absolute_path(
+            table["kubeconfig"], ("kubernetes", "kubeconfig")
+        )
+    if "in_cluster" in table:
+        if not isinstance(table["in_cluster"], bool):
+            raise _Invalid(
+                ("kubernetes", "in_cluster"),
+                f"in_cluster must be true or false, got {_describe(table['in_cluster'])}",
+            )
+        settings["in_cluster"] = table["in_cluster"]
+    if "node_name" in table:
+        name = table["node_name"]
+        if not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+            raise _Invalid(
+                ("kubernetes", "node_name"),
+                f"node_name must be a Node name (a lowercase DNS subdomain), got {_describe(name)}",
+            )
+        settings["node_name"] = name
+    if "resync_seconds" in table:
+        seconds = table["resync_seconds"]
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not MIN_RESYNC_SECONDS <= seconds <= MAX_RESYNC_SECONDS
+        ):
+            raise _Invalid(
+                ("kubernetes", "resync_seconds"),
+                f"resync_seconds must be a number between {MIN_RESYNC_SECONDS:g} and "
+                f"{MAX_RESYNC_SECONDS:g}, got {_describe(seconds)}",
+            )
+        settings["resync_seconds"] = float(seconds)
+    return settings
+
+
 def _parse_absolute_path(value: object, key_path: tuple[str, ...]) -> Path:
     # NUL cannot occur in a path; letting it through would fail later, far from the config.
     if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
@@ -313,7 +398,7 @@ def _parse_resources(table: Mapping[str, Any], source: Path) -> dict[str, Resour
 
 def _parse_resource(name: str, value: object, source: Path) -> ResourceSpec:
     key_path = ("resources", name)
-    problem = _resource_name_problem(name)
+    problem = resource_name_problem(name)
     if problem is not None:
         raise _Invalid(key_path, problem)
     if not isinstance(value, dict):
@@ -322,8 +407,19 @@ def _parse_resource(name: str, value: object, source: Path) -> ResourceSpec:
     if "count" not in value:
         raise _Invalid(key_path, "count is required when a resource is given as a table")
     count = _parse_count(value["count"], (*key_path, "count"))
+    advertise = value.get("advertise", DEVICE_PLUGIN)
+    if advertise not in ADVERTISE_MODES:
+        raise _Invalid(
+            (*key_path, "advertise"),
+            f'advertise must be "{DEVICE_PLUGIN}" or "{NODE_STATUS}", got {_describe(advertise)}',
+        )
+    if "env" in value and advertise != DEVICE_PLUGIN:
+        raise _Invalid(
+            (*key_path, "env"),
+            "env only applies to device-plugin resources: node-status resources allocate no IDs",
+        )
     env = _parse_env(value["env"], (*key_path, "env")) if "env" in value else default_env_name(name)
-    return ResourceSpec(name, count, env, source)
+    return ResourceSpec(name, count, env, source, advertise)
 
 
 def _parse_count(value: object, key_path: tuple[str, ...]) -> int:
@@ -345,7 +441,7 @@ def _parse_env(value: object, key_path: tuple[str, ...]) -> str:
     return value
 
 
-def _resource_name_problem(name: str) -> str | None:
+def resource_name_problem(name: str) -> str | None:
     """Why the kubelet would refuse `name` as an extended resource name, or None if it would not."""
     if name.count("/") != 1:
         return 'a resource name must be "<domain>/<name>" with exactly one "/"'
@@ -388,6 +484,8 @@ def _check_unique_env(resources: Mapping[str, ResourceSpec], texts: Mapping[Path
     users: dict[str, ResourceSpec] = {}
     for name in sorted(resources):
         spec = resources[name]
+        if spec.advertise != DEVICE_PLUGIN:
+            continue
         other = users.setdefault(spec.env, spec)
         if other is not spec:
             key_path = ("resources", name)

@@ -1,0 +1,130 @@
+"""Node-status resources: extended resources written into the Node's status, kept true.
+
+Each sync reads the Node and JSON-patches ``status.capacity`` wherever it differs from the
+configuration (the kubelet or a re-created Node object may have dropped the values), and
+removes resources taken out of the configuration. It runs after every config change and
+every ``resync_seconds``; an unreachable API server is retried with backoff, in its own task,
+so device-plugin resources never wait for it. Stopping the agent leaves the capacity in
+place: an upgrade or restart must not take tokens away from a node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from token_resource.config import KubernetesSettings
+from token_resource.kube import KubeError, NodeClient, capacity_path, load_credentials, node_name
+
+log = logging.getLogger(__name__)
+
+FIRST_RETRY_DELAY = 1.0
+MAX_RETRY_DELAY = 60.0
+
+PENDING, ACCEPTED, FAILING = "pending", "accepted", "failing"
+
+
+@dataclass(frozen=True)
+class NodeStatusState:
+    node: str
+    desired: Mapping[str, int]
+    state: str  # pending, accepted or failing
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class _Round:
+    """What one sync works from: a snapshot, so the loop may change its own copies meanwhile."""
+
+    settings: KubernetesSettings
+    desired: Mapping[str, int]
+    removals: frozenset[str]
+
+
+class NodeStatusAdvertiser:
+    def __init__(self, settings: KubernetesSettings, on_change: Callable[[], None]) -> None:
+        self._settings = settings
+        self._on_change = on_change
+        self._desired: dict[str, int] = {}
+        self._removals: set[str] = set()
+        self._state = PENDING
+        self._reason: str | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def apply(self, settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
+        """Make the Node hold ``desired``; resources dropped from it are removed from the Node."""
+        if (settings, desired) == (self._settings, self._desired):
+            return
+        self._removals |= self._desired.keys() - desired.keys()
+        self._removals -= desired.keys()
+        self._settings, self._desired = settings, dict(desired)
+        self._state, self._reason = PENDING, None
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._keep_true())
+        self._wake.set()
+
+    def state(self) -> NodeStatusState:
+        return NodeStatusState(
+            node_name(self._settings), dict(self._desired), self._state, self._reason
+        )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _keep_true(self) -> None:
+        delay = FIRST_RETRY_DELAY
+        while True:
+            self._wake.clear()
+            work = _Round(self._settings, dict(self._desired), frozenset(self._removals))
+            if work.desired or work.removals:
+                try:
+                    await asyncio.to_thread(_sync, work)
+                except KubeError as error:
+                    self._failed(str(error), delay)
+                    wait, delay = delay, min(delay * 2, MAX_RETRY_DELAY)
+                else:
+                    self._removals -= work.removals
+                    self._succeeded()
+                    wait, delay = work.settings.resync_seconds, FIRST_RETRY_DELAY
+            else:
+                wait = None
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    def _failed(self, reason: str, retry_in: float) -> None:
+        if (self._state, self._reason) != (FAILING, reason):
+            log.warning("node status not applied, retrying in %g s and later: %s", retry_in, reason)
+        self._state, self._reason = FAILING, reason
+        self._on_change()
+
+    def _succeeded(self) -> None:
+        if self._state != ACCEPTED:
+            self._state, self._reason = ACCEPTED, None
+            self._on_change()
+
+
+def _sync(work: _Round) -> None:
+    """Read the Node, then patch what differs. Blocking: runs in a worker thread."""
+    node = node_name(work.settings)
+    client = NodeClient(load_credentials(work.settings))
+    capacity = client.get_node(node).get("status", {}).get("capacity", {})
+    operations: list[dict[str, str]] = []
+    for name, count in sorted(work.desired.items()):
+        if capacity.get(name) != str(count):
+            # "add" replaces an existing member (RFC 6902).
+            operations.append({"op": "add", "path": capacity_path(name), "value": str(count)})
+            log.info("node %s: %s %s → %d", node, name, capacity.get(name, "absent"), count)
+    for name in sorted(work.removals):
+        if name in capacity:
+            operations.append({"op": "remove", "path": capacity_path(name)})
+            log.info("node %s: %s removed", node, name)
+    if operations:
+        client.patch_node_status(node, operations)
