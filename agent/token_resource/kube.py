@@ -12,11 +12,13 @@ import base64
 import http.client
 import json
 import os
+import re
 import socket
 import ssl
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -61,6 +63,32 @@ def load_credentials(settings: KubernetesSettings) -> Credentials:
     if settings.in_cluster:
         return _in_cluster_credentials()
     return _kubeconfig_credentials(settings.kubeconfig)
+
+
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?")
+_SUFFIXES = {
+    **{
+        suffix: Decimal(1024) ** power
+        for power, suffix in enumerate(("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))
+    },
+    **{"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3")},
+    **{suffix: Decimal(1000) ** power for power, suffix in enumerate("kMGTPE", start=1)},
+}
+
+
+def quantity_value(text: object) -> Decimal | None:
+    """A Kubernetes quantity's value ("1k" and "1000" are equal), or None if it is not one.
+
+    The API server stores quantities in canonical form, so "1000" written comes back as "1k":
+    comparing strings would make the agent patch the same value forever.
+    """
+    match = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    number, suffix = Decimal(match[1]), match[2] or ""
+    if suffix[:1] in ("e", "E"):
+        return number.scaleb(int(suffix[1:]))
+    return number * _SUFFIXES[suffix]
 
 
 def escape_json_pointer(name: str) -> str:

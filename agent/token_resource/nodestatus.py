@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from token_resource.config import KubernetesSettings
-from token_resource.kube import KubeError, NodeClient, capacity_path, load_credentials, node_name
+from token_resource.kube import (
+    KubeError,
+    NodeClient,
+    capacity_path,
+    load_credentials,
+    node_name,
+    quantity_value,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +125,7 @@ def _sync(work: _Round) -> None:
     capacity = client.get_node(node).get("status", {}).get("capacity", {})
     operations: list[dict[str, str]] = []
     for name, count in sorted(work.desired.items()):
-        if capacity.get(name) != str(count):
+        if quantity_value(capacity.get(name)) != count:
             # "add" replaces an existing member (RFC 6902).
             operations.append({"op": "add", "path": capacity_path(name), "value": str(count)})
             log.info("node %s: %s %s → %d", node, name, capacity.get(name, "absent"), count)
