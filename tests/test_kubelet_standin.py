@@ -305,8 +305,9 @@ def test_endpoint_must_be_a_file_name(
 
 
 def test_register_fails_when_the_dial_back_fails(tmp_path: Path) -> None:
-    stale_socket(tmp_path / "stale.sock")
     with KubeletStandin(tmp_path, dial_timeout=1.0) as standin:
+        # After the start: a starting kubelet wipes every socket in the directory.
+        stale_socket(tmp_path / "stale.sock")
         with pytest.raises(grpc.RpcError) as error:
             register(standin.socket_path, "stale.sock")
         assert refusal(error) == "failed to dial device plugin: context deadline exceeded"
@@ -321,9 +322,9 @@ def test_register_fails_when_the_dial_back_fails(tmp_path: Path) -> None:
 def test_register_first_answers_then_dials(
     tmp_path: Path, plugins: Callable[..., FakePlugin]
 ) -> None:
-    stale_socket(tmp_path / "stale.sock")
-    plugins("token.sock")
     with KubeletStandin(tmp_path, dial_timeout=1.0, register_first=True) as standin:
+        stale_socket(tmp_path / "stale.sock")
+        plugins("token.sock")
         register(standin.socket_path, "stale.sock", resource="example.com/stale")
         register(standin.socket_path, "token.sock")
         view = standin.wait_for(lambda v: len(v.rejected) == 1 and v.counts()[RESOURCE] == 2)
@@ -565,3 +566,11 @@ def test_script_mode_exits_0_on_sigint(
     process.send_signal(signal.SIGINT)
     assert process.wait(TIMEOUT) == 0
     lines.expect("kubelet stopped")
+
+
+def test_a_starting_kubelet_wipes_the_sockets_it_finds(tmp_path: Path) -> None:
+    stale_socket(tmp_path / "plugin.sock")
+    (tmp_path / "checkpoint").write_text("a regular file stays")
+    with KubeletStandin(tmp_path) as standin:
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint", "kubelet.sock"]
+        assert standin.snapshot().generation == 1

@@ -283,13 +283,16 @@ class KubeletStandin:
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Serve Registration on a fresh ``kubelet.sock``."""
+        """Like a starting kubelet: delete every socket in the directory (plugins' included;
+        regular files and directories stay), then serve Registration on a fresh
+        ``kubelet.sock``. Plugins that were serving must notice and register again."""
         with self._cond:
             if self._server is not None:
                 raise RuntimeError("the kubelet stand-in is already running")
             self.socket_dir.mkdir(parents=True, exist_ok=True)
-            # A stand-in that crashed leaves its socket behind; the kubelet replaces it too.
-            self.socket_path.unlink(missing_ok=True)
+            removed = remove_sockets(self.socket_dir)
+            if removed:
+                LOG.info("kubelet starting: removed sockets %s", ", ".join(removed))
             executor = ThreadPoolExecutor(_REGISTER_WORKERS, thread_name_prefix="kubelet-register")
             server = grpc.server(executor, handlers=[self._registration_handler()])
             # Older grpcio reports a failed bind by returning 0 instead of raising.
@@ -321,13 +324,11 @@ class KubeletStandin:
         self.socket_path.unlink(missing_ok=True)
 
     def restart(self) -> None:
-        """Like a kubelet restart: stop, delete every socket in the directory, start again.
+        """Like a kubelet restart: stop, then start (which deletes every socket).
 
         Every resource stays unhealthy (allocatable 0) until its plugin registers again.
         """
         self.stop()
-        removed = remove_sockets(self.socket_dir)
-        LOG.info("kubelet restarting: removed sockets %s", ", ".join(removed) or "(none)")
         self.start()
 
     # --- observing -----------------------------------------------------------------------
