@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from types import MappingProxyType
 
-from token_resource.config import AgentSettings, Config, ResourceSpec, diff_configs
+from token_resource.config import AgentSettings, Config, ResourceSpec
 from token_resource.reconciler import PluginState, Reconciler
 
 
@@ -26,8 +26,8 @@ def test_apply_starts_updates_and_stops_only_what_changed(device_plugin_dir: Pat
 
     async def scenario() -> None:
         reconciler = Reconciler(device_plugin_dir, lambda: changes.append(1))
-        empty, first = config(device_plugin_dir), config(device_plugin_dir, a=1, b=2)
-        await reconciler.apply(diff_configs(empty, first))
+        first = config(device_plugin_dir, a=1, b=2)
+        assert await reconciler.apply(first.resources) == []
         assert reconciler.states() == [
             PluginState("example.com/a", 1, registered=False),
             PluginState("example.com/b", 2, registered=False),
@@ -35,7 +35,7 @@ def test_apply_starts_updates_and_stops_only_what_changed(device_plugin_dir: Pat
         inode_a = os.lstat(device_plugin_dir / "token-resource.example.com_a.sock").st_ino
 
         second = config(device_plugin_dir, a=1, b=5, c=0)
-        await reconciler.apply(diff_configs(first, second))
+        await reconciler.apply(second.resources)
         assert [(s.name, s.count) for s in reconciler.states()] == [
             ("example.com/a", 1),
             ("example.com/b", 5),
@@ -44,7 +44,7 @@ def test_apply_starts_updates_and_stops_only_what_changed(device_plugin_dir: Pat
         # Untouched: the same socket file, never re-created.
         assert os.lstat(device_plugin_dir / "token-resource.example.com_a.sock").st_ino == inode_a
 
-        await reconciler.apply(diff_configs(second, config(device_plugin_dir, c=0)))
+        await reconciler.apply(config(device_plugin_dir, c=0).resources)
         assert [s.name for s in reconciler.states()] == ["example.com/c"]
         assert sorted(p.name for p in device_plugin_dir.iterdir()) == [
             "token-resource.example.com_c.sock"
@@ -59,9 +59,7 @@ def test_apply_starts_updates_and_stops_only_what_changed(device_plugin_dir: Pat
 def test_a_lost_socket_is_served_again(device_plugin_dir: Path) -> None:
     async def scenario() -> None:
         reconciler = Reconciler(device_plugin_dir, lambda: None)
-        await reconciler.apply(
-            diff_configs(config(device_plugin_dir), config(device_plugin_dir, a=1))
-        )
+        await reconciler.apply(config(device_plugin_dir, a=1).resources)
         path = device_plugin_dir / "token-resource.example.com_a.sock"
         path.unlink()
         reconciler.socket_removed(path.name)
@@ -72,6 +70,26 @@ def test_a_lost_socket_is_served_again(device_plugin_dir: Path) -> None:
         assert path.exists()
         # No kubelet here: serving again, waiting for kubelet.sock to register.
         assert reconciler.states() == [PluginState("example.com/a", 1, registered=False)]
+        await reconciler.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_resource_that_cannot_be_served_is_reported_and_tried_again(
+    device_plugin_dir: Path,
+) -> None:
+    async def scenario() -> None:
+        reconciler = Reconciler(device_plugin_dir, lambda: None)
+        # A directory where the socket should go: the bind fails.
+        blocker = device_plugin_dir / "token-resource.example.com_a.sock"
+        blocker.mkdir()
+        failures = await reconciler.apply(config(device_plugin_dir, a=1, b=1).resources)
+        assert len(failures) == 1
+        assert failures[0].startswith("example.com/a: cannot serve: ")
+        assert [state.name for state in reconciler.states()] == ["example.com/b"]
+        blocker.rmdir()
+        assert await reconciler.apply(config(device_plugin_dir, a=1, b=1).resources) == []
+        assert [state.name for state in reconciler.states()] == ["example.com/a", "example.com/b"]
         await reconciler.close()
 
     asyncio.run(scenario())

@@ -41,6 +41,10 @@ _STATUS_LISTED = 5
 _STATUS_ERROR_CHARS = 300
 
 
+class StartError(Exception):
+    """A configured resource could not be served at start."""
+
+
 class Agent:
     def __init__(
         self, config: Config, config_path: Path, control_socket: Path, notifier: SystemdNotifier
@@ -75,7 +79,9 @@ class Agent:
                 self._watch_files()
                 self._watcher.start()
                 self._install_signal_handlers(loop)
-                await self._apply(self._initial)
+                _, failures = await self._apply(self._initial)
+                if failures:
+                    raise StartError("; ".join(failures))
                 self._notifier.ready(self._status())
                 log.info("ready: %s", self._status())
                 if self._notifier.watchdog_interval is not None:
@@ -94,27 +100,28 @@ class Agent:
         async with self._reload_lock:
             self._notifier.reloading()
             try:
-                config = load_config(self._config_path)
-                self._check_restart_only_settings(config)
-            except ConfigError as error:
-                self._last_error = str(error)
-                log.error(
-                    "reload (%s) rejected, the previous configuration stays: %s", trigger, error
-                )
-                answer = (False, str(error))
-            else:
-                diff = await self._apply(config)
-                self._last_error = None
-                log.info("reload (%s): %s", trigger, _describe(diff))
-                answer = (True, _describe(diff))
-            self._notifier.ready(self._status())
-            return answer
+                return await self._reload(trigger)
+            finally:
+                self._notifier.ready(self._status())
 
-    async def _apply(self, config: Config) -> ConfigDiff:
-        plugins_before, plugins_after = (
-            c.advertised_by(DEVICE_PLUGIN) for c in (self._config, config)
-        )
-        await self._reconciler.apply(diff_configs(plugins_before, plugins_after))
+    async def _reload(self, trigger: str) -> Answer:
+        try:
+            config = load_config(self._config_path)
+            self._check_restart_only_settings(config)
+        except ConfigError as error:
+            self._last_error = str(error)
+            log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
+            return False, str(error)
+        diff, failures = await self._apply(config)
+        self._last_error = "; ".join(failures) or None
+        log.info("reload (%s): %s", trigger, _describe(diff))
+        if failures:
+            return False, "; ".join(failures)
+        return True, _describe(diff)
+
+    async def _apply(self, config: Config) -> tuple[ConfigDiff, list[str]]:
+        """Hand each resource to what advertises it: the device plugins or the Node status."""
+        failures = await self._reconciler.apply(config.advertised_by(DEVICE_PLUGIN).resources)
         node_status = {
             name: spec.count for name, spec in config.advertised_by(NODE_STATUS).resources.items()
         }
@@ -123,7 +130,7 @@ class Agent:
         if self._advertiser is not None:
             self._advertiser.apply(config.kubernetes, node_status)
         diff, self._config = diff_configs(self._config, config), config
-        return diff
+        return diff, failures
 
     def _check_restart_only_settings(self, config: Config) -> None:
         running, wanted = self._config.agent.device_plugin_dir, config.agent.device_plugin_dir

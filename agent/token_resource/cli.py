@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from token_resource import __version__
-from token_resource.agent import Agent
+from token_resource.agent import Agent, StartError
 from token_resource.config import (
     DEFAULT_CONFIG_PATH,
     MAX_COUNT,
@@ -155,7 +155,7 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(serve())
-    except (LockError, ControlError) as error:
+    except (LockError, ControlError, StartError) as error:
         print(f"token-resource: {error}", file=sys.stderr)
         return EXIT_FAILED
     finally:

@@ -223,7 +223,13 @@ def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
 
 def diff_configs(old: Config, new: Config) -> ConfigDiff:
     """Compare resources by name; each part of the result is sorted by name."""
-    before, after = old.resources, new.resources
+    return diff_resources(old.resources, new.resources)
+
+
+def diff_resources(
+    before: Mapping[str, ResourceSpec], after: Mapping[str, ResourceSpec]
+) -> ConfigDiff:
+    """The difference between two sets of resources by name, each part sorted by name."""
     common = sorted(before.keys() & after.keys())
     return ConfigDiff(
         added=tuple(after[name] for name in sorted(after.keys() - before.keys())),

@@ -1,7 +1,8 @@
 """Turns the configured resources into running plugin servers and keeps each one registered.
 
-The only place that starts, changes or stops plugin servers. It is driven by the agent with a
-config diff (reload) and with what happens to the kubelet's socket directory.
+The only place that starts, changes or stops plugin servers. It is driven by the agent with
+the desired resources (at start and on reload), diffed against what actually runs, and with
+what happens to the kubelet's socket directory.
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from token_resource.config import ConfigDiff, ResourceSpec
+from token_resource.config import ResourceSpec, diff_resources
 from token_resource.plugin import PluginServer
 from token_resource.protocol import KUBELET_SOCKET
 from token_resource.registration import RegistrationError, register
@@ -59,19 +61,29 @@ class Reconciler:
             for name, plugin in sorted(self._plugins.items())
         ]
 
-    async def apply(self, diff: ConfigDiff) -> None:
-        """Stop what was removed, update what changed in place, start and register what is new.
+    async def apply(self, desired: Mapping[str, ResourceSpec]) -> list[str]:
+        """Make the running servers match ``desired``: stop what is gone, update what changed
+        in place, start and register what is new. Returns why resources could not be served.
 
-        Unchanged resources are not touched: no new socket, no new registration.
+        Unchanged resources are not touched: no new socket, no new registration. The diff is
+        taken against what runs, so a resource that failed to start is tried again next time.
         """
+        running = {name: plugin.server.spec for name, plugin in self._plugins.items()}
+        diff = diff_resources(running, desired)
         for spec in diff.removed:
             await self._stop(self._plugins.pop(spec.name))
             log.info("%s: removed; stopped serving", spec.name)
         for _, spec in diff.changed:
             self._plugins[spec.name].server.update(spec)
+        failures = []
         for spec in diff.added:
-            await self._start(spec)
+            try:
+                await self._start(spec)
+            except (OSError, RuntimeError) as error:
+                log.error("%s: cannot serve: %s", spec.name, error)
+                failures.append(f"{spec.name}: cannot serve: {error}")
         self._on_change()
+        return failures
 
     def kubelet_started(self) -> None:
         """A new kubelet.sock: a (re)started kubelet knows no plugin yet."""
