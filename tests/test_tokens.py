@@ -18,7 +18,16 @@ def ids(pool: TokenPool) -> list[str]:
 def test_token_ids_are_canonical() -> None:
     assert token_id(0) == "token-0"
     assert token_index("token-12") == 12
-    for bad in ("token-01", "token--1", "token-", "Token-1", "token-1 ", "gpu-1", ""):
+    for bad in (
+        "token-01",
+        "token--1",
+        "token-",
+        "Token-1",
+        "token-1 ",
+        "gpu-1",
+        "",
+        "token-" + "9" * 58,
+    ):
         assert token_index(bad) is None
 
 

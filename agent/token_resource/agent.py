@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 # Editors and configuration management write a file in several steps; wait for them to finish.
 RELOAD_SETTLE_SECONDS = 0.02
+# Registering N resources changes the status 2N times: build and send it once per burst.
+STATUS_DELAY_SECONDS = 0.05
 _STATUS_LISTED = 5
 _STATUS_ERROR_CHARS = 300
 
@@ -64,6 +66,7 @@ class Agent:
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._pending_reload: asyncio.TimerHandle | None = None
+        self._pending_status: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[object]] = set()
         self._last_error: str | None = None
 
@@ -208,6 +211,14 @@ class Agent:
         task.add_done_callback(self._tasks.discard)
 
     def _publish_status(self) -> None:
+        """Send STATUS= soon: at most once per STATUS_DELAY however many changes come."""
+        if self._pending_status is None:
+            self._pending_status = asyncio.get_running_loop().call_later(
+                STATUS_DELAY_SECONDS, self._send_status
+            )
+
+    def _send_status(self) -> None:
+        self._pending_status = None
         self._notifier.status(self._status())
 
     def _status(self) -> str:
@@ -240,8 +251,9 @@ class Agent:
         for stop_signal in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(stop_signal)
         self._watcher.stop()
-        if self._pending_reload is not None:
-            self._pending_reload.cancel()
+        for pending in (self._pending_reload, self._pending_status):
+            if pending is not None:
+                pending.cancel()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

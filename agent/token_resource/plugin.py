@@ -60,16 +60,35 @@ class PluginServer:
     async def serve(self) -> None:
         """Serve on a fresh socket, replacing a running server."""
         async with self._lifecycle:
-            await self._stop_server()
-            servicer = TokenServicer(self.pool, lambda: self.spec, self.log)
-            server = grpc.aio.server(options=_SERVER_OPTIONS)
-            server.add_generic_rpc_handlers((device_plugin_handler(servicer),))
-            # gRPC unlinks whatever socket file is in the way before it binds.
-            server.add_insecure_port(f"unix:{self.path}")
-            await server.start()
-            self._server, self._servicer = server, servicer
-            self._inode = os.lstat(self.path).st_ino
-            self.log.debug("serving on %s", self.path)
+            await self._serve()
+
+    async def ensure_serving(self) -> None:
+        """Serve on a fresh socket unless the current one is intact.
+
+        Checked under the lifecycle lock, so that a serve in progress is waited for, not
+        repeated: a repeat would stop the server just started, that stop unlinks the new
+        socket, and the deletion event would ask for yet another serve.
+        """
+        async with self._lifecycle:
+            if not self.socket_intact():
+                await self._serve()
+
+    async def settled(self) -> None:
+        """Return once no serve or stop is in progress."""
+        async with self._lifecycle:
+            pass
+
+    async def _serve(self) -> None:
+        await self._stop_server()
+        servicer = TokenServicer(self.pool, lambda: self.spec, self.log)
+        server = grpc.aio.server(options=_SERVER_OPTIONS)
+        server.add_generic_rpc_handlers((device_plugin_handler(servicer),))
+        # gRPC unlinks whatever socket file is in the way before it binds.
+        server.add_insecure_port(f"unix:{self.path}")
+        await server.start()
+        self._server, self._servicer = server, servicer
+        self._inode = os.lstat(self.path).st_ino
+        self.log.debug("serving on %s", self.path)
 
     async def stop(self) -> None:
         """Stop serving and remove the socket, if it is still ours."""

@@ -40,6 +40,8 @@ class _Plugin:
     server: PluginServer
     registered: bool = False
     registering: asyncio.Task[None] | None = field(default=None, repr=False)
+    # The kubelet.sock (by inode) that the plugin registered, or is registering, with.
+    kubelet: int | None = None
 
 
 class Reconciler:
@@ -48,12 +50,18 @@ class Reconciler:
         self._kubelet_socket = directory / KUBELET_SOCKET
         self._on_change = on_change
         self._plugins: dict[str, _Plugin] = {}
+        self._by_endpoint: dict[str, _Plugin] = {}
+        self._checks: set[asyncio.Task[None]] = set()
 
     def kubelet_present(self) -> bool:
+        return self._kubelet_inode() is not None
+
+    def _kubelet_inode(self) -> int | None:
         try:
-            return stat.S_ISSOCK(self._kubelet_socket.lstat().st_mode)
+            status = self._kubelet_socket.lstat()
         except FileNotFoundError:
-            return False
+            return None
+        return status.st_ino if stat.S_ISSOCK(status.st_mode) else None
 
     def states(self) -> list[PluginState]:
         return [
@@ -71,7 +79,7 @@ class Reconciler:
         running = {name: plugin.server.spec for name, plugin in self._plugins.items()}
         diff = diff_resources(running, desired)
         for spec in diff.removed:
-            await self._stop(self._plugins.pop(spec.name))
+            await self._stop(self._plugins[spec.name])
             log.info("%s: removed; stopped serving", spec.name)
         for _, spec in diff.changed:
             self._plugins[spec.name].server.update(spec)
@@ -88,42 +96,61 @@ class Reconciler:
     def kubelet_started(self) -> None:
         """A new kubelet.sock: a (re)started kubelet knows no plugin yet."""
         log.info("kubelet.sock appeared: registering %d resource(s)", len(self._plugins))
+        current = self._kubelet_inode()
         for plugin in self._plugins.values():
-            self._register_soon(plugin)
+            # One that already registered (or is registering) with this very kubelet is left
+            # alone: cancelling a Register in flight and sending another registers twice.
+            if current is None or plugin.kubelet != current:
+                self._register_soon(plugin)
 
     def kubelet_stopped(self) -> None:
         log.info("kubelet.sock went away: waiting for the kubelet")
         for plugin in self._plugins.values():
             self._cancel_registration(plugin)
             plugin.registered = False
+            plugin.kubelet = None  # a new kubelet.sock may reuse the inode
         self._on_change()
 
     def socket_removed(self, endpoint: str) -> None:
         """One of our socket files vanished (the kubelet wipes them when it restarts)."""
-        for plugin in self._plugins.values():
-            if plugin.server.endpoint == endpoint and not plugin.server.socket_intact():
-                plugin.server.log.info("socket %s was removed: serving on a new one", endpoint)
-                self._register_soon(plugin)
+        plugin = self._by_endpoint.get(endpoint)
+        if plugin is not None:
+            check = asyncio.ensure_future(self._check_socket(plugin))
+            self._checks.add(check)
+            check.add_done_callback(self._checks.discard)
+
+    async def _check_socket(self, plugin: _Plugin) -> None:
+        # A serve in progress replaces the socket anyway: look once it is done, or the
+        # deletion that serve itself causes would start yet another serve.
+        await plugin.server.settled()
+        if not plugin.server.socket_intact():
+            endpoint = plugin.server.endpoint
+            plugin.server.log.info("socket %s was removed: serving on a new one", endpoint)
+            self._register_soon(plugin)
 
     async def close(self) -> None:
+        for check in list(self._checks):
+            check.cancel()
+        await asyncio.gather(*self._checks, return_exceptions=True)
         while self._plugins:
-            _, plugin = self._plugins.popitem()
-            await self._stop(plugin)
+            await self._stop(next(iter(self._plugins.values())))
 
     async def _start(self, spec: ResourceSpec) -> None:
         plugin = _Plugin(PluginServer(spec, self._directory))
         await plugin.server.serve()
-        self._plugins[spec.name] = plugin
+        self._plugins[spec.name] = self._by_endpoint[plugin.server.endpoint] = plugin
         log.info("%s: serving %d token(s) on %s", spec.name, spec.count, plugin.server.endpoint)
         self._register_soon(plugin)
 
     async def _stop(self, plugin: _Plugin) -> None:
+        del self._plugins[plugin.server.spec.name], self._by_endpoint[plugin.server.endpoint]
         self._cancel_registration(plugin)
         await plugin.server.stop()
 
     def _register_soon(self, plugin: _Plugin) -> None:
         self._cancel_registration(plugin)
         plugin.registered = False
+        plugin.kubelet = None
         plugin.registering = asyncio.ensure_future(self._keep_registered(plugin))
         self._on_change()
 
@@ -138,10 +165,10 @@ class Reconciler:
         server, delay = plugin.server, FIRST_RETRY_DELAY
         while True:
             try:
-                if not server.socket_intact():
-                    # Shielded: a registration cancelled mid-way must not leave a half-built server.
-                    await asyncio.shield(server.serve())
-                if not self.kubelet_present():
+                # Shielded: a registration cancelled mid-way must not leave a half-built server.
+                await asyncio.shield(server.ensure_serving())
+                plugin.kubelet = self._kubelet_inode()
+                if plugin.kubelet is None:
                     server.log.info("waiting for kubelet.sock to register")
                     return
                 await register(self._directory, server.endpoint, server.spec.name)

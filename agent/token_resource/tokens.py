@@ -11,6 +11,10 @@ from token_resource.protocol import deviceplugin_pb2 as pb
 
 TOKEN_ID_PREFIX = "token-"
 _TOKEN_ID = re.compile(r"token-(0|[1-9][0-9]*)")
+MAX_DEVICE_ID_LENGTH = 63
+# Error messages name at most this many IDs, each cut to this length.
+_SHOWN_IDS = 5
+_SHOWN_ID_CHARS = 64
 
 
 def token_id(index: int) -> str:
@@ -19,6 +23,10 @@ def token_id(index: int) -> str:
 
 def token_index(device_id: str) -> int | None:
     """The index behind a canonical token ID, or None for anything else."""
+    # Device IDs hold at most 63 characters; a longer digit run would also be slow to convert
+    # (and beyond Python's int() digit limit).
+    if len(device_id) > MAX_DEVICE_ID_LENGTH:
+        return None
     match = _TOKEN_ID.fullmatch(device_id)
     return int(match.group(1)) if match else None
 
@@ -84,7 +92,7 @@ class TokenPool:
             raise AllocationError("the container request names no device IDs")
         self._check_known(device_ids)
         if len(set(device_ids)) != len(device_ids):
-            raise AllocationError(f"the container request repeats device IDs: {list(device_ids)}")
+            raise AllocationError(f"the container request repeats device IDs: {_some(device_ids)}")
 
     def preferred(
         self, available: Sequence[str], must_include: Sequence[str], size: int
@@ -98,7 +106,9 @@ class TokenPool:
         chosen = list(dict.fromkeys(must_include))
         missing = [device_id for device_id in chosen if device_id not in set(available)]
         if missing:
-            raise AllocationError(f"must-include IDs {missing} are not among the available IDs")
+            raise AllocationError(
+                f"must-include IDs {_some(missing)} are not among the available IDs"
+            )
         if not len(chosen) <= size <= len(set(available)):
             raise AllocationError(
                 f"allocation_size {size} must be between the {len(chosen)} must-include IDs "
@@ -114,12 +124,20 @@ class TokenPool:
         if unknown:
             have = f"{token_id(0)}..{token_id(self._count - 1)}" if self._count else "no tokens"
             raise AllocationError(
-                f"unknown device IDs {unknown} (this resource has {have})", unknown=True
+                f"unknown device IDs {_some(unknown)} (this resource has {have})", unknown=True
             )
 
     def _is_known(self, device_id: str) -> bool:
         index = token_index(device_id)
         return index is not None and index < self._count
+
+
+def _some(device_ids: Sequence[str]) -> str:
+    """IDs for an error message, bounded: gRPC refuses status details beyond its header limit,
+    which would turn a clear NOT_FOUND into an opaque failure."""
+    shown = [device_id[:_SHOWN_ID_CHARS] for device_id in device_ids[:_SHOWN_IDS]]
+    more = len(device_ids) - len(shown)
+    return f"{shown}" + (f" and {more} more" if more > 0 else "")
 
 
 def _index_of_known(device_id: str) -> int:
