@@ -24,8 +24,8 @@ demo: $(NEWEST)/.installed
 
 # mypy runs under the oldest Python: it checks the code as Python 3.9 sees it.
 lint: $(OLDEST)/.installed $(NEWEST)/.installed
-	$(NEWEST)/bin/ruff check agent tests
-	$(NEWEST)/bin/ruff format --check agent tests
+	$(NEWEST)/bin/ruff check agent tests bench packaging/ansible
+	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible
 	$(OLDEST)/bin/mypy
 
 # Everything but the system tests, under both Pythons.
@@ -46,4 +46,5 @@ proto:
 clean:
 	rm -rf $(VENV_DIR) dist build agent/*.egg-info
 
--include packaging/*.mk
+-include packaging/*.mk packaging/ansible/ansible.mk
+-include bench/*.mk

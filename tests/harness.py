@@ -16,7 +16,8 @@ AGENT_COMMAND = (sys.executable, "-m", "token_resource")
 
 
 class NotifySocket:
-    """A real ``$NOTIFY_SOCKET``: a datagram socket whose messages are collected by a thread."""
+    """A real ``$NOTIFY_SOCKET``: a datagram socket whose messages are collected by a thread,
+    each line stamped with the time (``time.monotonic()``) it arrived."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -24,6 +25,7 @@ class NotifySocket:
         self._socket.bind(str(path))
         self._socket.settimeout(0.2)
         self._messages: list[str] = []
+        self._stamps: list[float] = []  # one per line, in the order of assignments()
         self._cond = threading.Condition()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._receive, daemon=True)
@@ -37,8 +39,11 @@ class NotifySocket:
                 continue
             except OSError:
                 return
+            now = time.monotonic()
             with self._cond:
-                self._messages.append(data.decode())
+                message = data.decode()
+                self._messages.append(message)
+                self._stamps.extend(now for _ in message.splitlines())
                 self._cond.notify_all()
 
     def messages(self) -> list[str]:
@@ -65,6 +70,11 @@ class NotifySocket:
         self.wait_for(lambda lines: line in lines[after:], timeout)
         lines = self.assignments()
         return lines.index(line, after)
+
+    def arrival(self, index: int) -> float:
+        """When the line at ``index`` of assignments() arrived."""
+        with self._cond:
+            return self._stamps[index]
 
     def close(self) -> None:
         self._closed.set()
