@@ -54,6 +54,6 @@ deb:
 # Needs root and the host packages in packaging/README-system-tests.md. The Debian 12
 # rootfs is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/token-resource-tests/; the
 # newer version for the upgrade test is built by the tests themselves.
-system-test: deb $(NEWEST)/.installed
+system-test: deb $(NEWEST)/.installed $(VENV_DIR)/ansible/.installed
 	TOKEN_RESOURCE_DEB=$(CURDIR)/$(DEB_FILE) \
 		$(SYSTEM_TEST_PYTHON) -m pytest -p no:cacheprovider tests/system $(SYSTEM_TEST_ARGS)

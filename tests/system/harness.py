@@ -31,8 +31,15 @@ SUITE = "bookworm"
 INCLUDE = ("systemd", "systemd-sysv", "dbus", "procps", "python3")
 # Downloaded only (kept in the rootfs's apt cache with the package lists): the .deb's
 # runtime dependencies, so `apt-get install ./token-resource_*.deb` resolves and installs
-# Debian's own python3-* libraries as dependencies, without a network.
-DOWNLOAD_ONLY = ("python3-grpcio", "python3-protobuf", "python3-sdnotify", "python3-watchdog")
+# Debian's own python3-* libraries as dependencies, without a network. python3-apt is what
+# Ansible's apt module needs on a node (tests/system/test_ansible.py installs it from here).
+DOWNLOAD_ONLY = (
+    "python3-grpcio",
+    "python3-protobuf",
+    "python3-sdnotify",
+    "python3-watchdog",
+    "python3-apt",
+)
 # Bump to rebuild every cached rootfs when the recipe below changes.
 RECIPE = 1
 
