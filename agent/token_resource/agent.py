@@ -148,8 +148,17 @@ class Agent:
     def _watch_files(self) -> None:
         self._watcher.watch(self._config.agent.device_plugin_dir)
         self._watcher.watch(self._config_path.parent)
-        if self._dropin_dir.is_dir():
+        self._watch_dropins()
+
+    def _watch_dropins(self) -> None:
+        """Watch the drop-in directory, if there is one (it may come and go, or be replaced
+        by something else; the reload then says what is wrong with it)."""
+        if not self._dropin_dir.is_dir():
+            return
+        try:
             self._watcher.watch(self._dropin_dir)
+        except OSError as error:
+            log.warning("cannot watch %s: %s", self._dropin_dir, error)
 
     def _on_file_event(self, event: FileEvent) -> None:
         if event.kind in ("opened", "closed_no_write"):
@@ -159,7 +168,7 @@ class Agent:
             self._on_socket_event(event)
         if self._is_config_event(event):
             if event.touches(self._dropin_dir) and event.kind in ("created", "moved"):
-                self._watcher.watch(self._dropin_dir)
+                self._watch_dropins()
             self._reload_soon()
 
     def _on_socket_event(self, event: FileEvent) -> None:

@@ -123,6 +123,8 @@ class Reconciler:
         # A serve in progress replaces the socket anyway: look once it is done, or the
         # deletion that serve itself causes would start yet another serve.
         await plugin.server.settled()
+        if self._plugins.get(plugin.server.spec.name) is not plugin:
+            return  # removed from the configuration meanwhile
         if not plugin.server.socket_intact():
             endpoint = plugin.server.endpoint
             plugin.server.log.info("socket %s was removed: serving on a new one", endpoint)
