@@ -86,7 +86,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.standin.kubelet import is_extended_resource_name
+from tests.standin.kubelet import is_extended_resource_name, wait_for_view
 
 LOG = logging.getLogger("apiserver-standin")
 
@@ -700,19 +700,8 @@ class ApiServerStandin:
         exists, ``view.extended(node)[name]`` before the resource is there) counts as not
         satisfied yet.
         """
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                view = self._snapshot()
-                if _holds(predicate, view):
-                    return view
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-        name = getattr(predicate, "__qualname__", repr(predicate))
-        raise AssertionError(
-            f"API server stand-in: {name} still false after {timeout:g} s; it has:\n{view.pretty()}"
+        return wait_for_view(
+            self._cond, self._snapshot, predicate, timeout, "API server stand-in", "it has"
         )
 
     # --- client configuration ----------------------------------------------------------------
@@ -999,13 +988,6 @@ def _free_port(host: str) -> int:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def _holds(predicate: Callable[[ApiServerView], bool], view: ApiServerView) -> bool:
-    try:
-        return predicate(view)
-    except LookupError:
-        return False
 
 
 def _apply_patch(patch_type: str, current: dict[str, Any], body: bytes) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -345,20 +345,8 @@ class KubeletStandin:
         A predicate that raises LookupError (``view.resources[name]`` before the plugin
         registered) counts as not satisfied yet.
         """
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                view = self._snapshot()
-                if _holds(predicate, view):
-                    return view
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-        name = getattr(predicate, "__qualname__", repr(predicate))
-        raise AssertionError(
-            f"kubelet stand-in: {name} still false after {timeout:g} s; the kubelet sees:\n"
-            f"{view.pretty()}"
+        return wait_for_view(
+            self._cond, self._snapshot, predicate, timeout, "kubelet stand-in", "the kubelet sees"
         )
 
     # --- calling plugins, as the kubelet does ----------------------------------------------
@@ -651,11 +639,39 @@ class KubeletStandin:
             LOG.info("%s", event)
 
 
-def _holds(predicate: Callable[[KubeletView], bool], view: KubeletView) -> bool:
-    try:
-        return predicate(view)
-    except LookupError:
-        return False
+class _View(Protocol):
+    def pretty(self) -> str: ...
+
+
+_ViewT = TypeVar("_ViewT", bound=_View)
+
+
+def wait_for_view(
+    cond: threading.Condition,
+    snapshot: Callable[[], _ViewT],
+    predicate: Callable[[_ViewT], bool],
+    timeout: float,
+    who: str,
+    what: str,
+) -> _ViewT:
+    """Wait on ``cond`` (notified at every change) until ``predicate`` holds for a snapshot
+    taken under it; on timeout, AssertionError with the last snapshot, ``who``: ``what``.
+    A predicate that raises LookupError counts as not satisfied yet."""
+    deadline = time.monotonic() + timeout
+    with cond:
+        while True:
+            view = snapshot()
+            try:
+                if predicate(view):
+                    return view
+            except LookupError:
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            cond.wait(remaining)
+    name = getattr(predicate, "__qualname__", repr(predicate))
+    raise AssertionError(f"{who}: {name} still false after {timeout:g} s; {what}:\n{view.pretty()}")
 
 
 def _serialize(message: Message) -> bytes:
