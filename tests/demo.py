@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,14 +67,9 @@ def _demo(workdir: Path, *, tour: bool) -> int:
             if tour:
                 _tour(kubelet, config)
             else:
-                print(f"\ndemo: edit {config} and watch; Ctrl-C to stop\n")
-                signal.signal(signal.SIGINT, lambda *_: agent.terminate())
-                while agent.poll() is None:
-                    view = _show_until(kubelet, _differs_from(view), 1.0)
+                _follow(kubelet, agent, config, view)
         finally:
-            if agent.poll() is None:
-                agent.terminate()
-            code = agent.wait(20)
+            code = _stop(agent)
     print(f"\ndemo: the agent exited with status {code}")
     return code
 
@@ -103,6 +99,32 @@ def _tour(kubelet: KubeletStandin, config: Path) -> None:
         print(f"\ndemo: {title}")
         act()
         _show_until(kubelet, done, None)
+
+
+def _follow(
+    kubelet: KubeletStandin, agent: subprocess.Popen[bytes], config: Path, view: KubeletView
+) -> None:
+    """Show every change the kubelet sees until Ctrl-C (or SIGTERM) or the agent ends."""
+    print(f"\ndemo: edit {config} and watch; Ctrl-C to stop\n")
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.is_set() and agent.poll() is None:
+        try:
+            view = kubelet.wait_for(_differs_from(view), timeout=0.5)
+        except AssertionError:
+            continue
+        print(_render(view))
+
+
+def _stop(agent: subprocess.Popen[bytes]) -> int:
+    """The agent's exit status. Ctrl-C in a terminal reaches the agent too (one process
+    group), and it stops by itself; otherwise it is asked to with SIGTERM."""
+    try:
+        return agent.wait(2)
+    except subprocess.TimeoutExpired:
+        agent.terminate()
+        return agent.wait(20)
 
 
 def _edit(config: Path, old: str, new: str) -> None:
