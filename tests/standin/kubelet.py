@@ -51,9 +51,9 @@ from token_resource.protocol import (
     KUBELET_SOCKET,
     LIST_AND_WATCH,
     MAX_MESSAGE_BYTES,
-    REGISTRATION_SERVICE,
     UNHEALTHY,
     VERSION,
+    registration_handler,
 )
 from token_resource.protocol import deviceplugin_pb2 as pb
 
@@ -294,7 +294,7 @@ class KubeletStandin:
             if removed:
                 LOG.info("kubelet starting: removed sockets %s", ", ".join(removed))
             executor = ThreadPoolExecutor(_REGISTER_WORKERS, thread_name_prefix="kubelet-register")
-            server = grpc.server(executor, handlers=[self._registration_handler()])
+            server = grpc.server(executor, handlers=[registration_handler(self._register)])
             # Older grpcio reports a failed bind by returning 0 instead of raising.
             if not server.add_insecure_port(f"unix:{self.socket_path}"):
                 raise RuntimeError(f"cannot serve on {self.socket_path}")
@@ -409,18 +409,6 @@ class KubeletStandin:
         return response
 
     # --- Register --------------------------------------------------------------------------
-
-    def _registration_handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        return grpc.method_handlers_generic_handler(
-            REGISTRATION_SERVICE,
-            {
-                "Register": grpc.unary_unary_rpc_method_handler(
-                    self._register,
-                    request_deserializer=pb.RegisterRequest.FromString,
-                    response_serializer=pb.Empty.SerializeToString,
-                )
-            },
-        )
 
     def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
         with self._cond:

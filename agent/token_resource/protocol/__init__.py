@@ -7,7 +7,7 @@ The services are wired here by hand with gRPC's generic handlers instead of gene
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from typing import Any, Callable, Protocol
 
 import grpc
@@ -90,13 +90,11 @@ def device_plugin_handler(servicer: DevicePluginServicer) -> grpc.GenericRpcHand
     )
 
 
-RegisterHandler = Callable[
-    [pb.RegisterRequest, grpc.aio.ServicerContext[Any, Any]], Awaitable[pb.Empty]
-]
-
-
-def registration_handler(register: RegisterHandler) -> grpc.GenericRpcHandler[Any, Any]:
-    """The kubelet's ``v1beta1.Registration`` service, for kubelet stand-ins."""
+def registration_handler(
+    register: Callable[[pb.RegisterRequest, Any], Any],
+) -> grpc.GenericRpcHandler[Any, Any]:
+    """The kubelet's ``v1beta1.Registration`` service (for kubelet stand-ins: the agent is the
+    client). ``register`` may be synchronous or a coroutine, for either kind of gRPC server."""
     return grpc.method_handlers_generic_handler(
         REGISTRATION_SERVICE,
         {
