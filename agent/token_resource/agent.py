@@ -85,8 +85,9 @@ class Agent:
                 _, failures = await self._apply(self._initial)
                 if failures:
                     raise StartError("; ".join(failures))
-                self._notifier.ready(self._status())
-                log.info("ready: %s", self._status())
+                status = self._status()
+                self._notifier.ready(status)
+                log.info("ready: %s", status)
                 if self._notifier.watchdog_interval is not None:
                     self._spawn(self._ping_watchdog(self._notifier.watchdog_interval))
                 await self._stop.wait()
@@ -117,10 +118,11 @@ class Agent:
             return False, str(error)
         diff, failures = await self._apply(config)
         self._last_error = "; ".join(failures) or None
-        log.info("reload (%s): %s", trigger, _describe(diff))
+        described = _describe(diff)
+        log.info("reload (%s): %s", trigger, described)
         if failures:
             return False, "; ".join(failures)
-        return True, _describe(diff)
+        return True, described
 
     async def _apply(self, config: Config) -> tuple[ConfigDiff, list[str]]:
         """Hand each resource to what advertises it: the device plugins or the Node status."""
