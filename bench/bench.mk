@@ -3,11 +3,18 @@
 #   make bench   -> every benchmark (~10 min on 2 cores); a markdown table on stdout and
 #                   bench/RESULTS.md with the machine and versions it ran on
 #   make soak    -> tests/test_faults.py with many more iterations (TOKEN_RESOURCE_SOAK=1)
+#   make fuzz    -> every randomized test with FUZZ_SEEDS fresh seeds, and the property tests
+#                   with FUZZ_EXAMPLES examples, under both Pythons; a failure prints its seed
+#                   (TOKEN_RESOURCE_SEED=N replays it), to be kept in the test's @seeds(...)
 
 BENCH_ARGS ?=
 SOAK_ARGS ?=
+FUZZ_SEEDS ?= 300
+FUZZ_EXAMPLES ?= 20000
+FUZZ_ARGS ?=
+FUZZ_TESTS = tests/test_faults.py tests/test_config_properties.py -k 'fresh or config_properties'
 
-.PHONY: bench soak
+.PHONY: bench soak fuzz
 
 bench: $(NEWEST)/.installed
 	$(NEWEST)/bin/python -m bench $(BENCH_ARGS)
@@ -15,3 +22,9 @@ bench: $(NEWEST)/.installed
 soak: $(OLDEST)/.installed $(NEWEST)/.installed
 	TOKEN_RESOURCE_SOAK=1 $(OLDEST)/bin/python -m pytest tests/test_faults.py -o timeout=3600 $(SOAK_ARGS)
 	TOKEN_RESOURCE_SOAK=1 $(NEWEST)/bin/python -m pytest tests/test_faults.py -o timeout=3600 $(SOAK_ARGS)
+
+fuzz: $(OLDEST)/.installed $(NEWEST)/.installed
+	status=0; for venv in $(OLDEST) $(NEWEST); do \
+		TOKEN_RESOURCE_FUZZ_SEEDS=$(FUZZ_SEEDS) TOKEN_RESOURCE_EXAMPLES=$(FUZZ_EXAMPLES) \
+			$$venv/bin/python -m pytest $(FUZZ_TESTS) -o timeout=0 -rf $(FUZZ_ARGS) || status=1; \
+	done; exit $$status

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,8 +21,13 @@ from token_resource.config import (
     parse_config,
 )
 
-# Bounded, and without an example database so that runs leave nothing behind.
-BOUNDED = settings(max_examples=200, deadline=None, database=None)
+# Bounded, and without an example database so that runs leave nothing behind. `make fuzz`
+# raises the number of examples (TOKEN_RESOURCE_EXAMPLES).
+BOUNDED = settings(
+    max_examples=int(os.environ.get("TOKEN_RESOURCE_EXAMPLES", "200")),
+    deadline=None,
+    database=None,
+)
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 

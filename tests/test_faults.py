@@ -26,7 +26,7 @@ import pytest
 
 from tests.harness import AgentProcess, write_file
 from tests.standin.kubelet import KubeletStandin, KubeletView
-from token_resource.config import ConfigError, load_config
+from token_resource.config import AgentSettings, ConfigError, load_reload
 from token_resource.control import ControlError, request
 from token_resource.protocol import ALLOCATE, GET_PREFERRED_ALLOCATION, PRE_START_CONTAINER
 from token_resource.protocol import deviceplugin_pb2 as pb
@@ -38,9 +38,27 @@ def scaled(normal: int, soak: int) -> int:
     return soak if SOAK else normal
 
 
+# `make fuzz` runs each randomized test with this many fresh seeds instead of one.
+FRESH_SEEDS = int(os.environ.get("TOKEN_RESOURCE_FUZZ_SEEDS", "1"))
+
+
+def seeds(*regressions: int) -> pytest.MarkDecorator:
+    """Run a randomized test with a fresh seed (``FRESH_SEEDS`` of them under ``make fuzz``)
+    and with every seed that once found a fault, kept here so that the fault stays fixed."""
+    fresh = [None] * FRESH_SEEDS
+    return pytest.mark.parametrize(
+        "rng",
+        [*fresh, *regressions],
+        ids=[*(f"fresh{i}" for i in range(len(fresh))), *(f"seed{s}" for s in regressions)],
+        indirect=True,
+    )
+
+
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> random.Random:
-    seed = int(os.environ.get("TOKEN_RESOURCE_SEED", random.SystemRandom().randrange(2**32)))
+    seed = getattr(request, "param", None)
+    if seed is None:
+        seed = int(os.environ.get("TOKEN_RESOURCE_SEED", random.SystemRandom().randrange(2**32)))
     print(f"{request.node.name}: seed {seed} (TOKEN_RESOURCE_SEED={seed} replays it)")
     return random.Random(seed)
 
@@ -146,6 +164,7 @@ def toml(counts: Mapping[str, int]) -> str:
 RESTART_COUNTS = {"example.com/a": 2, "example.com/b": 3, "example.com/c": 1, "acme/d": 4}
 
 
+@seeds()
 def test_kubelet_restarts_in_a_row_lose_nothing_and_leak_nothing(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random
 ) -> None:
@@ -352,15 +371,23 @@ class ConfigFuzzer:
             self.dropins.mkdir()
 
 
-def loader_verdict(main: Path) -> tuple[dict[str, int] | None, str]:
-    """What the agent's own loader makes of the files now: (counts, "") or (None, error)."""
+def reload_verdict(agent: AgentProcess) -> tuple[dict[str, int] | None, str]:
+    """What the agent's own reload rule makes of the files now: (counts, "") or (None, error).
+
+    The same function the agent calls, so the oracle cannot drift from it: a valid file that
+    changes a restart-only setting (a file without [agent] moves device_plugin_dir back to the
+    default) is a rejected reload, not a new configuration.
+    """
+    running = AgentSettings(device_plugin_dir=agent.device_plugin_dir)
     try:
-        config = load_config(main)
+        config = load_reload(agent.config_path, running)
     except ConfigError as error:
         return None, str(error)
     return {name: spec.count for name, spec in config.resources.items()}, ""
 
 
+# 408391430: a truncated main file without [agent] moved device_plugin_dir (issue 9).
+@seeds(408391430)
 def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_wins(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random
 ) -> None:
@@ -376,8 +403,8 @@ def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_win
         on_disk = fuzzer.on_disk()
         what = fuzzer.edit()
         changed = fuzzer.on_disk() != on_disk
-        wanted, error = loader_verdict(agent.config_path)
-        context = f"step {step}: {what}; loader: {wanted if wanted is not None else error}"
+        wanted, error = reload_verdict(agent)
+        context = f"step {step}: {what}; reload rule: {wanted if wanted is not None else error}"
         if wanted is not None:
             served = wanted
             # The watcher's reload brings the kubelet to exactly this.
@@ -389,7 +416,7 @@ def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_win
             assert settle(logged_since(agent, log_mark, REJECTED)), context
             lines = agent.notify.wait_for(rejected_reload_since(mark))
             assert any(error[:60] in line for line in lines[mark:]), context
-        # The control socket (systemctl reload's path) agrees with the loader, every time.
+        # The control socket (systemctl reload's path) agrees with the reload rule, every time.
         if wanted is not None:
             request(agent.control_socket, "reload", 30.0)
         else:
@@ -408,6 +435,7 @@ def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_win
 # --- SIGKILL and restart -------------------------------------------------------------------------
 
 
+@seeds()
 def test_sigkill_at_random_moments_then_restart_recovers(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random
 ) -> None:

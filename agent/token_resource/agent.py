@@ -22,7 +22,7 @@ from token_resource.config import (
     ConfigError,
     diff_configs,
     dropin_dir,
-    load_config,
+    load_reload,
 )
 from token_resource.control import Answer, ControlServer
 from token_resource.fswatch import DirectoryWatcher, FileEvent
@@ -110,8 +110,7 @@ class Agent:
 
     async def _reload(self, trigger: str) -> Answer:
         try:
-            config = load_config(self._config_path)
-            self._check_restart_only_settings(config)
+            config = load_reload(self._config_path, self._config.agent)
         except ConfigError as error:
             self._last_error = str(error)
             log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
@@ -136,16 +135,6 @@ class Agent:
             self._advertiser.apply(config.kubernetes, node_status)
         diff, self._config = diff_configs(self._config, config), config
         return diff, failures
-
-    def _check_restart_only_settings(self, config: Config) -> None:
-        running, wanted = self._config.agent.device_plugin_dir, config.agent.device_plugin_dir
-        if wanted != running:
-            raise ConfigError(
-                f"device_plugin_dir changed from {running} to {wanted}: this takes a restart "
-                "of the agent, not a reload",
-                file=self._config_path,
-                key="agent.device_plugin_dir",
-            )
 
     def _watch_files(self) -> None:
         self._watcher.watch(self._config.agent.device_plugin_dir)

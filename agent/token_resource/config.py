@@ -200,6 +200,23 @@ def load_config(main: Path) -> Config:
     return parse_config([(path, _read_text(path)) for path in config_files(main)])
 
 
+def load_reload(main: Path, running: AgentSettings) -> Config:
+    """What a reload of the files would apply to an agent running with ``running`` settings.
+
+    The one rule for "is this a valid reload": everything load_config refuses, and a change
+    of a setting that only a restart applies (the agent serves from the old one until then).
+    """
+    config = load_config(main)
+    if config.agent.device_plugin_dir != running.device_plugin_dir:
+        raise ConfigError(
+            f"device_plugin_dir changed from {running.device_plugin_dir} to "
+            f"{config.agent.device_plugin_dir}: this takes a restart of the agent, not a reload",
+            file=main,
+            key="agent.device_plugin_dir",
+        )
+    return config
+
+
 def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
     """Build a Config from (path, text) pairs: the main file first, then its drop-ins."""
     agent: dict[str, Any] = {}
