@@ -98,10 +98,24 @@ def test_config_error_omits_what_is_unknown() -> None:
 # Valid configurations
 
 
-def test_empty_main_file_has_no_resources_and_default_settings() -> None:
-    config = parse("")
+def test_empty_resources_table_has_no_resources_and_default_settings() -> None:
+    config = parse("[resources]\n")
     assert config == Config(AgentSettings(), {}, (MAIN,))
     assert config.agent.device_plugin_dir == DEFAULT_DEVICE_PLUGIN_DIR
+
+
+@pytest.mark.parametrize("text", ["", "\n", "  \n\t\n", "# only a comment\n# and another\n"])
+def test_a_main_file_that_defines_nothing_is_an_incomplete_write(text: str) -> None:
+    # What a truncating writer leaves for a moment, or for good on a full disk: serving it as
+    # "no resources" would take every token away.
+    assert str(parse_error(text)) == (
+        f"{MAIN}: the main file defines nothing (empty, or only comments): an incomplete "
+        "write? To serve no resources, write an empty [resources] table"
+    )
+
+
+def test_an_empty_dropin_is_fine() -> None:
+    assert list(parse('[resources]\n"a.com/x" = 1\n', "", "# nothing\n").resources) == ["a.com/x"]
 
 
 def test_shorthand_and_long_form() -> None:
@@ -165,15 +179,55 @@ def test_valid_resource_names(name: str) -> None:
 
 
 def test_files_are_the_documents_in_order() -> None:
-    assert parse("", "", "").files == (MAIN, dropin(1), dropin(2))
+    assert parse("[resources]\n", "", "").files == (MAIN, dropin(1), dropin(2))
 
 
-def test_dropin_replaces_a_whole_resource_definition() -> None:
+def test_dropin_overrides_key_by_key_and_keeps_the_rest() -> None:
     config = parse(
         '[resources."example.com/token"]\ncount = 1\nenv = "CUSTOM"\n',
         '[resources]\n"example.com/token" = 3\n',
     )
-    assert config.resources["example.com/token"] == spec("example.com/token", 3, source=dropin(1))
+    token = config.resources["example.com/token"]
+    assert token == spec("example.com/token", 3, "CUSTOM")
+    assert token.source == dropin(1)
+    assert token.origins == {"count": dropin(1), "env": MAIN}
+    assert token.origin("advertise") is None
+
+
+def test_dropin_table_without_count_changes_only_what_it_sets() -> None:
+    config = parse(
+        '[resources]\n"example.com/token" = 4\n',
+        '[resources."example.com/token"]\nenv = "SEATS"\n',
+    )
+    assert config.resources["example.com/token"] == spec("example.com/token", 4, "SEATS")
+
+
+def test_remove_takes_away_what_earlier_files_defined_and_a_later_file_may_add_it_again() -> None:
+    main = '[resources]\n"a.com/x" = { count = 1, env = "A" }\n"b.com/x" = 2\n'
+    removal = '[resources."a.com/x"]\nremove = true\n'
+    assert list(parse(main, removal).resources) == ["b.com/x"]
+    # Removing what no file defines is no error: a fleet may ship the drop-in everywhere.
+    assert list(parse(main, removal, removal).resources) == ["b.com/x"]
+    again = parse(main, removal, '[resources]\n"a.com/x" = 5\n').resources["a.com/x"]
+    # Defined afresh: nothing of the removed definition comes back.
+    assert again == spec("a.com/x", 5)
+    assert again.origins == {"count": dropin(2)}
+
+
+@pytest.mark.parametrize(
+    ("table", "shown"),
+    [
+        ("remove = false", "false"),
+        ('remove = "yes"', '"yes"'),
+        ("remove = true\ncount = 1", "true"),
+    ],
+)
+def test_remove_must_be_true_and_alone(table: str, shown: str) -> None:
+    error = parse_error('[resources]\n"a.com/x" = 1\n', f'[resources."a.com/x"]\n{table}\n')
+    assert str(error).startswith(
+        f'{dropin(1)}, line 2, key resources."a.com/x".remove: remove must be true and alone'
+        f" in the resource's table (it takes away what earlier files defined), got {shown}"
+    )
 
 
 def test_later_dropin_wins_and_others_are_kept() -> None:
@@ -250,13 +304,13 @@ def test_deeply_nested_toml_is_a_config_error() -> None:
             '[resources."example.com/token"]\ncount = 1\ncolour = true\n',
             f"{TOKEN_KEY}.colour",
             3,
-            "advertise, count, env",
+            "advertise, count, env, remove",
         ),
         (
             '[resources]\n"example.com/token" = { count = 1, "odd key" = 2 }\n',
             f'{TOKEN_KEY}."odd key"',
             2,
-            "advertise, count, env",
+            "advertise, count, env, remove",
         ),
     ],
 )
@@ -350,7 +404,19 @@ def test_long_form_count_error_points_at_the_count_line() -> None:
 def test_long_form_requires_count() -> None:
     error = parse_error('[resources]\n\n[resources."example.com/token"]\nenv = "X"\n')
     assert str(error) == (
-        f"{MAIN}, line 3, key {TOKEN_KEY}: count is required when a resource is given as a table"
+        f"{MAIN}, line 3, key {TOKEN_KEY}: count is required: no file sets it for this resource"
+    )
+
+
+def test_count_set_by_no_file_is_named_in_the_last_file() -> None:
+    error = parse_error(
+        '[resources]\n"a.com/x" = 1\n',
+        '[resources."a.com/x"]\nremove = true\n',
+        '\n[resources."a.com/x"]\nenv = "X"\n',
+    )
+    assert str(error) == (
+        f'{dropin(2)}, line 2, key resources."a.com/x": count is required: no file sets it for'
+        " this resource"
     )
 
 
@@ -395,12 +461,14 @@ def test_env_collision_resolved_by_override() -> None:
     assert [s.env for s in config.resources.values()] == ["TOKEN_RESOURCE_A_B_COM_X", "OTHER"]
 
 
-def test_env_collision_removed_by_dropin_is_fine() -> None:
+def test_env_collision_resolved_by_dropin_is_fine() -> None:
     main = (
         '[resources]\n"a.com/x" = { count = 1, env = "E" }\n"b.com/x" = { count = 1, env = "E" }\n'
     )
-    config = parse(main, '[resources]\n"b.com/x" = 1\n')
-    assert config.resources["b.com/x"].env == "TOKEN_RESOURCE_B_COM_X"
+    # A count alone keeps the colliding env; a new env resolves it.
+    assert "is also the env of" in str(parse_error(main, '[resources]\n"b.com/x" = 1\n'))
+    config = parse(main, '[resources."b.com/x"]\nenv = "F"\n')
+    assert config.resources["b.com/x"].env == "F"
 
 
 # Agent settings
@@ -598,7 +666,7 @@ def test_diff_of_equal_resources_is_empty() -> None:
     diff = diff_configs(old, new)
     assert diff.empty
     assert diff.unchanged == (spec("a.com/x", 1),)
-    assert diff_configs(parse(""), parse("")).empty
+    assert diff_configs(parse("[resources]"), parse("[agent]")).empty
 
 
 # Node-status resources and API access
@@ -620,7 +688,7 @@ def test_node_status_resources_and_kubernetes_settings() -> None:
 
 
 def test_kubernetes_defaults() -> None:
-    assert parse("").kubernetes == KubernetesSettings(
+    assert parse("[resources]").kubernetes == KubernetesSettings(
         kubeconfig=Path("/etc/kubernetes/kubelet.conf"),
         in_cluster=False,
         node_name=None,

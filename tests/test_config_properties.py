@@ -182,8 +182,9 @@ def parse_valid(tables: Sequence[Mapping[str, tuple[int, str | None]]], *, inlin
         (path, resources_document(table, inline=inline))
         for path, table in zip(paths(len(tables)), tables)
     ]
-    merged = {name: spec for table in tables for name, spec in table.items()}
-    envs = [env for _, env in effective(merged).values()]
+    envs_set = {name: env for table in tables for name, (_, env) in table.items() if env}
+    names = {name for table in tables for name in table}
+    envs = [envs_set.get(name, default_env_name(name)) for name in names]
     assume(len(set(envs)) == len(envs))
     return parse_config(documents)
 
@@ -220,9 +221,19 @@ def test_valid_configs_round_trip_with_later_files_winning(
     tables: list[dict[str, tuple[int, str | None]]], inline: bool
 ) -> None:
     config = parse_valid(tables, inline=inline)
-    expected = {}
+    # Key by key: the last count, the last env any file set (else the default), the last file.
+    counts: dict[str, int] = {}
+    envs: dict[str, str] = {}
+    sources: dict[str, Path] = {}
     for path, table in zip(paths(len(tables)), tables):
-        expected.update({name: (*spec, path) for name, spec in effective(table).items()})
+        for name, (count, env) in table.items():
+            counts[name], sources[name] = count, path
+            if env is not None:
+                envs[name] = env
+    expected = {
+        name: (count, envs.get(name, default_env_name(name)), sources[name])
+        for name, count in counts.items()
+    }
     assert {
         name: (spec.count, spec.env, spec.source) for name, spec in config.resources.items()
     } == expected

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Coroutine
+import stat
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -20,6 +21,7 @@ from token_resource.config import (
     Config,
     ConfigDiff,
     ConfigError,
+    describe_change,
     diff_configs,
     dropin_dir,
     load_reload,
@@ -35,8 +37,12 @@ from token_resource.sockets import is_agent_socket_name, remove_stale_sockets
 
 log = logging.getLogger(__name__)
 
-# Editors and configuration management write a file in several steps; wait for them to finish.
+# A reload follows a complete write (closed after writing, renamed or linked into place) after
+# this settle delay, which lets a burst of such events end in one reload.
 RELOAD_SETTLE_SECONDS = 0.02
+# A file that disappears is often being saved (vim renames the old file away before writing the
+# new one): wait longer, so that the new file's close or rename comes first.
+DISAPPEARED_SETTLE_SECONDS = 0.5
 # Registering N resources changes the status 2N times: build and send it once per burst.
 STATUS_DELAY_SECONDS = 0.05
 _STATUS_LISTED = 5
@@ -160,7 +166,9 @@ class Agent:
         if self._is_config_event(event):
             if event.touches(self._dropin_dir) and event.kind in ("created", "moved"):
                 self._watch_dropins()
-            self._reload_soon()
+            settle = _settle_delay(event, self._is_config_path)
+            if settle is not None:
+                self._reload_soon(settle)
 
     def _on_socket_event(self, event: FileEvent) -> None:
         kubelet_socket = self._config.agent.device_plugin_dir / KUBELET_SOCKET
@@ -174,18 +182,22 @@ class Agent:
             self._reconciler.socket_removed(event.path.name)
 
     def _is_config_event(self, event: FileEvent) -> bool:
-        if event.touches(self._config_path) or event.touches(self._dropin_dir):
-            return True
         return any(
-            path is not None and path.parent == self._dropin_dir and path.suffix == ".toml"
-            for path in (event.path, event.dest)
+            path is not None and self._is_config_path(path) for path in (event.path, event.dest)
         )
 
-    def _reload_soon(self, trigger: str = "file changed") -> None:
+    def _is_config_path(self, path: Path) -> bool:
+        """The main file, the drop-in directory, or a drop-in (which need not exist yet)."""
+        return path in (self._config_path, self._dropin_dir) or (
+            path.parent == self._dropin_dir and path.suffix == ".toml"
+        )
+
+    def _reload_soon(self, settle: float) -> None:
+        # The latest event decides: a complete write after a disappearance reloads at once.
         if self._pending_reload is not None:
             self._pending_reload.cancel()
         self._pending_reload = asyncio.get_running_loop().call_later(
-            RELOAD_SETTLE_SECONDS, lambda: self._spawn(self.reload(trigger))
+            settle, lambda: self._spawn(self.reload("file changed"))
         )
 
     async def _on_control(self, command: str) -> Answer:
@@ -264,15 +276,44 @@ class Agent:
             await self._advertiser.close()
 
 
+def _settle_delay(event: FileEvent, is_config_path: Callable[[Path], bool]) -> float | None:
+    """How long to wait before reloading for a configuration event; None: not yet.
+
+    Only complete writes count: a file being written (opened, truncated, written in chunks)
+    is read once its writer closes it, never half-way, so a resource that stays in the final
+    file is never removed for a moment.
+    """
+    if event.kind == "closed":
+        return RELOAD_SETTLE_SECONDS
+    if event.kind == "moved":
+        # Renamed into place: complete. Renamed away: perhaps the first step of a save.
+        arrived = event.dest is not None and is_config_path(event.dest)
+        return RELOAD_SETTLE_SECONDS if arrived else DISAPPEARED_SETTLE_SECONDS
+    if event.kind == "deleted":
+        return DISAPPEARED_SETTLE_SECONDS
+    if event.kind == "created":
+        # A new directory, symlink or hard link is complete when it appears; a new regular
+        # file is not until its writer closes it.
+        return (
+            RELOAD_SETTLE_SECONDS
+            if event.is_directory or _complete_on_creation(event.path)
+            else None
+        )
+    return None  # "modified": a write in progress
+
+
+def _complete_on_creation(path: Path) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return True  # gone again: the reload will say what is there now
+    return stat.S_ISLNK(info.st_mode) or info.st_nlink > 1
+
+
 def _describe(diff: ConfigDiff) -> str:
     parts = [
         *(f"added {spec.name}={spec.count}" for spec in diff.added),
-        *(
-            f"{new.name} {old.count}→{new.count}"
-            if old.count != new.count
-            else f"{new.name} updated"
-            for old, new in diff.changed
-        ),
+        *(f"{new.name} {describe_change(old, new)}" for old, new in diff.changed),
         *(f"removed {spec.name}" for spec in diff.removed),
     ]
     return ", ".join(parts) if parts else "no change"

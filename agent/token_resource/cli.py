@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -180,6 +181,12 @@ def _check(args: argparse.Namespace) -> int:
     for spec in config.resources.values():
         endpoint = socket_name(spec.name, config.agent.device_plugin_dir)
         print(f"  {spec.name}: {spec.count} token(s) in ${spec.env}, socket {endpoint}")
+        for key, value in (("count", spec.count), ("env", spec.env), ("advertise", spec.advertise)):
+            origin = spec.origin(key)
+            shown = json.dumps(value)  # TOML spelling, for an int or a string
+            print(f"    {key} = {shown}  ({origin if origin is not None else 'default'})")
+    for name, path in config.removed.items():
+        print(f"  {name}: removed by {path}")
     return EXIT_OK
 
 

@@ -25,8 +25,15 @@ The format (the main file and every drop-in share it)::
     node_name = "node-1"                   # default: the host name, lower-cased
     resync_seconds = 30                    # how often the Node is re-read and put right
 
-Drop-ins (``<stem>.d/*.toml`` next to the main file, in lexical order) override the main file:
-later files replace a whole resource definition and individual [agent] keys.
+Drop-ins (``<stem>.d/*.toml`` next to the main file, in lexical order) override the main file
+key by key, as systemd's drop-ins do: a later file that sets a resource's ``count`` keeps the
+``env`` an earlier file gave it. A later file takes a resource away with ``remove = true``::
+
+    [resources."example.com/license"]
+    remove = true
+
+The main file must define something (an empty ``[resources]`` table serves nothing): an empty
+main file is what a half-done write leaves, and is refused rather than served as "no resources".
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -57,6 +64,8 @@ MAX_COUNT = 100_000
 TOP_LEVEL_KEYS = frozenset({"agent", "resources", "kubernetes"})
 AGENT_KEYS = frozenset({"device_plugin_dir"})
 RESOURCE_KEYS = frozenset({"count", "env", "advertise"})
+# In a resource's table, alone: takes away what earlier files defined.
+REMOVE_KEY = "remove"
 KUBERNETES_KEYS = frozenset({"kubeconfig", "in_cluster", "node_name", "resync_seconds"})
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -112,13 +121,21 @@ class ResourceSpec:
 
     ``advertise`` says how the scheduler learns the count: through a device plugin (the
     kubelet), or by patching the Node's status on the API server (``env`` is then unused).
+    ``source`` is the last file that set any of its keys, ``origins`` the file of each key that
+    a file set (the others are defaults). Where a setting was written changes nothing the
+    kubelet or a pod can see, so neither takes part in comparisons.
     """
 
     name: str
     count: int
     env: str
-    source: Path
+    source: Path = field(compare=False)
     advertise: str = DEVICE_PLUGIN
+    origins: Mapping[str, Path] = field(default_factory=dict, compare=False)
+
+    def origin(self, key: str) -> Path | None:
+        """The file that set ``key``, or None for a default."""
+        return self.origins.get(key)
 
 
 @dataclass(frozen=True)
@@ -144,6 +161,8 @@ class Config:
     resources: Mapping[str, ResourceSpec]
     files: tuple[Path, ...]
     kubernetes: KubernetesSettings = KubernetesSettings()
+    # Resources an earlier file defined and a later one took away with `remove = true`.
+    removed: Mapping[str, Path] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Immutable and in a stable order however it was built, so that holders of a Config can
@@ -221,13 +240,36 @@ def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
     """Build a Config from (path, text) pairs: the main file first, then its drop-ins."""
     agent: dict[str, Any] = {}
     kubernetes: dict[str, Any] = {}
-    resources: dict[str, ResourceSpec] = {}
-    for path, text in documents:
+    # Per resource, each key a file set: (value, that file); and the last file to mention it.
+    settings: dict[str, dict[str, tuple[Any, Path]]] = {}
+    sources: dict[str, Path] = {}
+    removed: dict[str, Path] = {}
+    for index, (path, text) in enumerate(documents):
         document = _parse_document(path, text)
+        if index == 0 and not document.defined:
+            raise ConfigError(
+                "the main file defines nothing (empty, or only comments): an incomplete write? "
+                "To serve no resources, write an empty [resources] table",
+                file=path,
+            )
         agent.update(document.agent)
         kubernetes.update(document.kubernetes)
-        resources.update(document.resources)
-    _check_unique_env(resources, dict(documents))
+        for name, keys in document.resources.items():
+            if keys is None:
+                if settings.pop(name, None) is not None:
+                    removed[name] = path
+                sources.pop(name, None)
+            else:
+                removed.pop(name, None)
+                settings.setdefault(name, {}).update(
+                    {key: (value, path) for key, value in keys.items()}
+                )
+                sources[name] = path
+    texts = dict(documents)
+    resources = {
+        name: _build_resource(name, keys, sources[name], texts) for name, keys in settings.items()
+    }
+    _check_unique_env(resources, texts)
     if kubernetes.get("in_cluster") and "kubeconfig" in kubernetes:
         raise ConfigError("set either kubeconfig or in_cluster = true, not both", key="kubernetes")
     return Config(
@@ -235,6 +277,7 @@ def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
         resources=resources,
         files=tuple(path for path, _ in documents),
         kubernetes=KubernetesSettings(**kubernetes),
+        removed=removed,
     )
 
 
@@ -259,8 +302,22 @@ def diff_resources(
 
 
 def _differs(old: ResourceSpec, new: ResourceSpec) -> bool:
-    # Moving a definition to another file changes nothing the kubelet or a pod can see.
-    return replace(old, source=new.source) != new
+    # Sources are not compared: moving a definition to another file changes nothing.
+    return old != new
+
+
+def describe_change(old: ResourceSpec, new: ResourceSpec) -> str:
+    """What changed in a resource, key by key, e.g. "count 5 → 8, env LICENSE → SEATS"."""
+    parts = [
+        f"{key} {before} → {after}"
+        for key, before, after in (
+            ("count", old.count, new.count),
+            ("env", old.env, new.env),
+            ("advertise", old.advertise, new.advertise),
+        )
+        if before != after
+    ]
+    return ", ".join(parts) if parts else "unchanged"
 
 
 # Reading
@@ -308,7 +365,9 @@ class _Invalid(Exception):
 class _Document:
     agent: Mapping[str, Any]
     kubernetes: Mapping[str, Any]
-    resources: Mapping[str, ResourceSpec]
+    # The keys each resource's definition sets, or None for `remove = true`.
+    resources: Mapping[str, Mapping[str, Any] | None]
+    defined: bool  # whether the document has any table or key at all
 
 
 def _parse_document(path: Path, text: str) -> _Document:
@@ -318,15 +377,20 @@ def _parse_document(path: Path, text: str) -> _Document:
         return _Document(
             agent=_parse_agent(_section(table, "agent")),
             kubernetes=_parse_kubernetes(_section(table, "kubernetes")),
-            resources=_parse_resources(_section(table, "resources"), path),
+            resources=_parse_resources(_section(table, "resources")),
+            defined=bool(table),
         )
     except _Invalid as error:
-        raise ConfigError(
-            error.reason,
-            file=path,
-            key=_format_key(error.key_path),
-            line=_find_line(text, error.key_path),
-        ) from None
+        raise _located(error, path, text) from None
+
+
+def _located(error: _Invalid, path: Path, text: str) -> ConfigError:
+    return ConfigError(
+        error.reason,
+        file=path,
+        key=_format_key(error.key_path),
+        line=_find_line(text, error.key_path),
+    )
 
 
 def _parse_toml(path: Path, text: str) -> dict[str, Any]:
@@ -415,34 +479,62 @@ def _parse_absolute_path(value: object, key_path: tuple[str, ...]) -> Path:
     return Path(value)
 
 
-def _parse_resources(table: Mapping[str, Any], source: Path) -> dict[str, ResourceSpec]:
-    return {name: _parse_resource(name, value, source) for name, value in table.items()}
+def _parse_resources(table: Mapping[str, Any]) -> dict[str, Mapping[str, Any] | None]:
+    return {name: _parse_resource(name, value) for name, value in table.items()}
 
 
-def _parse_resource(name: str, value: object, source: Path) -> ResourceSpec:
+def _parse_resource(name: str, value: object) -> Mapping[str, Any] | None:
+    """The keys one file sets for a resource, each valid on its own; None: remove it."""
     key_path = ("resources", name)
     problem = resource_name_problem(name)
     if problem is not None:
         raise _Invalid(key_path, problem)
     if not isinstance(value, dict):
-        return ResourceSpec(name, _parse_count(value, key_path), default_env_name(name), source)
-    _check_keys(value, RESOURCE_KEYS, key_path)
-    if "count" not in value:
-        raise _Invalid(key_path, "count is required when a resource is given as a table")
-    count = _parse_count(value["count"], (*key_path, "count"))
-    advertise = value.get("advertise", DEVICE_PLUGIN)
-    if advertise not in ADVERTISE_MODES:
-        raise _Invalid(
-            (*key_path, "advertise"),
-            f'advertise must be "{DEVICE_PLUGIN}" or "{NODE_STATUS}", got {_describe(advertise)}',
+        return {"count": _parse_count(value, key_path)}
+    _check_keys(value, RESOURCE_KEYS | {REMOVE_KEY}, key_path)
+    if REMOVE_KEY in value:
+        if value[REMOVE_KEY] is not True or len(value) > 1:
+            raise _Invalid(
+                (*key_path, REMOVE_KEY),
+                f"{REMOVE_KEY} must be true and alone in the resource's table (it takes away "
+                f"what earlier files defined), got {_describe(value[REMOVE_KEY])}"
+                + (" beside other keys" if len(value) > 1 else ""),
+            )
+        return None
+    keys: dict[str, Any] = {}
+    if "count" in value:
+        keys["count"] = _parse_count(value["count"], (*key_path, "count"))
+    if "advertise" in value:
+        if value["advertise"] not in ADVERTISE_MODES:
+            raise _Invalid(
+                (*key_path, "advertise"),
+                f'advertise must be "{DEVICE_PLUGIN}" or "{NODE_STATUS}", '
+                f"got {_describe(value['advertise'])}",
+            )
+        keys["advertise"] = value["advertise"]
+    if "env" in value:
+        keys["env"] = _parse_env(value["env"], (*key_path, "env"))
+    return keys
+
+
+def _build_resource(
+    name: str, settings: Mapping[str, tuple[Any, Path]], source: Path, texts: Mapping[Path, str]
+) -> ResourceSpec:
+    """One resource from the keys its files set, the later file winning key by key."""
+    origins = {key: path for key, (_, path) in settings.items()}
+    key_path = ("resources", name)
+    if "count" not in settings:
+        reason = "count is required: no file sets it for this resource"
+        raise _located(_Invalid(key_path, reason), source, texts[source])
+    advertise = settings["advertise"][0] if "advertise" in settings else DEVICE_PLUGIN
+    if "env" in settings and advertise != DEVICE_PLUGIN:
+        env_file = origins["env"]
+        reason = (
+            "env only applies to device-plugin resources: node-status resources allocate no IDs"
         )
-    if "env" in value and advertise != DEVICE_PLUGIN:
-        raise _Invalid(
-            (*key_path, "env"),
-            "env only applies to device-plugin resources: node-status resources allocate no IDs",
-        )
-    env = _parse_env(value["env"], (*key_path, "env")) if "env" in value else default_env_name(name)
-    return ResourceSpec(name, count, env, source, advertise)
+        raise _located(_Invalid((*key_path, "env"), reason), env_file, texts[env_file])
+    env = settings["env"][0] if "env" in settings else default_env_name(name)
+    return ResourceSpec(name, settings["count"][0], env, source, advertise, origins)
 
 
 def _parse_count(value: object, key_path: tuple[str, ...]) -> int:
@@ -512,12 +604,14 @@ def _check_unique_env(resources: Mapping[str, ResourceSpec], texts: Mapping[Path
         other = users.setdefault(spec.env, spec)
         if other is not spec:
             key_path = ("resources", name)
+            file = spec.origin("env") or spec.source
             raise ConfigError(
                 f"env {_quote(spec.env)} is also the env of resource {_quote(other.name)}"
-                f" (defined in {other.source}); set a different env for one of them",
-                file=spec.source,
+                f" (defined in {other.origin('env') or other.source}); set a different env for"
+                " one of them",
+                file=file,
                 key=_format_key(key_path),
-                line=_find_line(texts[spec.source], key_path),
+                line=_find_line(texts[file], key_path),
             )
 
 
