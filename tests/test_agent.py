@@ -322,6 +322,36 @@ def test_dropins_add_override_and_remove(serving: AgentProcess, kubelet: Kubelet
     ]
 
 
+def test_a_dropin_changes_only_what_it_sets_and_the_reload_names_each_change(
+    serving: AgentProcess, kubelet: KubeletStandin
+) -> None:
+    # The drop-in sets the license's count: its env stays the main file's LICENSE_SEATS.
+    write_file(
+        serving.dropin_dir / "50-seats.toml",
+        '[resources."example.com/license"]\ncount = 8\n',
+        atomic=True,
+    )
+    kubelet.wait_for(counts(("example.com/token", 2), ("example.com/license", 8)))
+    serving.wait_for_log("reload (file changed): example.com/license count 5 → 8")
+    allocated = kubelet.allocate("example.com/license", ["token-7"])
+    assert dict(allocated.container_responses[0].envs) == {"LICENSE_SEATS": "token-7"}
+    # An env change alone is named as such, in the log and in the reload command's answer.
+    serving.write_config(TWO_RESOURCES.replace("LICENSE_SEATS", "SEATS"), atomic=True)
+    serving.wait_for_log("reload (file changed): example.com/license env LICENSE_SEATS → SEATS")
+    write_file(
+        serving.dropin_dir / "60-remove.toml",
+        '[resources."example.com/token"]\nremove = true\n',
+        atomic=True,
+    )
+    result = serving.cli("reload")
+    assert result.returncode == 0, result.stderr
+    # The watcher may have applied it first: then the command finds nothing left to do.
+    assert result.stdout.strip() in ("removed example.com/token", "no change")
+    view = kubelet.wait_for(lambda view: not view.resources["example.com/token"].stream_open)
+    assert view.resources["example.com/license"].registrations == 1
+    assert "removed example.com/token" in serving.log()
+
+
 def test_kubelet_restarts_re_register_everything(
     serving: AgentProcess, kubelet: KubeletStandin
 ) -> None:
