@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
-from token_resource import __version__
+from token_resource import __version__, logs
 from token_resource.agent import Agent, StartError
 from token_resource.config import (
     DEFAULT_CONFIG_PATH,
@@ -30,12 +29,13 @@ from token_resource.sockets import SocketPathError, socket_name
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # invalid configuration, rejected reload, agent unreachable, directory taken
+EXIT_USAGE = 2
 RELOAD_TIMEOUT = 90.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _configure_logging(args.verbose)
+    logs.configure(verbose=args.verbose)
     handlers = {
         "run": _run,
         "check": _check,
@@ -46,8 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return handlers[args.command](args)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors reach the journal at priority err."""
+
+    def error(self, message: str) -> NoReturn:
+        logs.print_error(f"{self.format_usage().rstrip()}\n{self.prog}: error: {message}")
+        sys.exit(EXIT_USAGE)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="token-resource",
         description="Serve Kubernetes extended resources (tokens) from one TOML file.",
     )
@@ -115,16 +123,6 @@ def _assignment(text: str) -> tuple[str, int]:
     return _resource_name(name), int(count)
 
 
-def _configure_logging(verbose: bool) -> None:
-    # journald stamps each line itself; elsewhere a time helps.
-    stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format=f"{stamp}%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def _load(path: Path) -> Config:
     """The validated configuration, including that every socket path fits; or ConfigError."""
     config = load_config(path)
@@ -137,7 +135,7 @@ def _load(path: Path) -> Config:
 
 
 def _complain(error: ConfigError) -> int:
-    print(f"token-resource: invalid configuration: {error}", file=sys.stderr)
+    logs.print_error(f"token-resource: invalid configuration: {error}")
     return EXIT_FAILED
 
 
@@ -156,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(serve())
     except (LockError, ControlError, StartError) as error:
-        print(f"token-resource: {error}", file=sys.stderr)
+        logs.print_error(f"token-resource: {error}")
         return EXIT_FAILED
     finally:
         notifier.close()
@@ -212,7 +210,7 @@ def _node_status(args: argparse.Namespace) -> int:
             client.patch_node_status(node, operations)
         status = client.get_node(node).get("status", {})
     except KubeError as error:
-        print(f"token-resource node-status: node {node}: {error}", file=sys.stderr)
+        logs.print_error(f"token-resource node-status: node {node}: {error}")
         return EXIT_FAILED
     capacity, allocatable = status.get("capacity", {}), status.get("allocatable", {})
     extended = sorted(name for name in {**capacity, **allocatable} if _is_extended(name))
@@ -239,7 +237,7 @@ def _ask(args: argparse.Namespace, command: str) -> int:
     try:
         answer = request(args.control_socket or default_control_socket(), command, args.timeout)
     except ControlError as error:
-        print(f"token-resource {command}: {error}", file=sys.stderr)
+        logs.print_error(f"token-resource {command}: {error}")
         return EXIT_FAILED
     print(answer)
     return EXIT_OK
