@@ -1,9 +1,16 @@
-"""The ``token-resource`` command: run, check, reload, status."""
+"""The ``token-resource`` command: run, check, reload, status.
+
+Only the standard library (and tomli before Python 3.11) is imported up front, so that
+``--version``, ``--help``, ``check``, ``reload`` and ``status`` work whatever else is missing;
+``run`` imports the runtime libraries when it starts, and names the package to install for
+one that cannot be imported.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -11,7 +18,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from token_resource import __version__, logs
-from token_resource.agent import Agent, StartError
 from token_resource.config import (
     DEFAULT_CONFIG_PATH,
     MAX_COUNT,
@@ -23,14 +29,21 @@ from token_resource.config import (
 )
 from token_resource.control import ControlError, default_control_socket, request
 from token_resource.kube import KubeError, NodeClient, capacity_path, load_credentials, node_name
-from token_resource.lock import LockError
-from token_resource.notify import SystemdNotifier
 from token_resource.sockets import SocketPathError, socket_name
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # invalid configuration, rejected reload, agent unreachable, directory taken
 EXIT_USAGE = 2
 RELOAD_TIMEOUT = 90.0
+
+# The libraries `run` needs beyond the standard library: the module, the distribution package
+# that provides it (the same name on Debian and on Fedora/RHEL) and its name on PyPI.
+RUNTIME_LIBRARIES = {
+    "grpc": ("python3-grpcio", "grpcio"),
+    "google.protobuf": ("python3-protobuf", "protobuf"),
+    "watchdog": ("python3-watchdog", "watchdog"),
+    "sdnotify": ("python3-sdnotify", "sdnotify"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,7 +152,52 @@ def _complain(error: ConfigError) -> int:
     return EXIT_FAILED
 
 
+def _missing_libraries() -> str | None:
+    """None when every runtime library imports; else one line saying what to install."""
+    failed: dict[str, ImportError] = {}
+    for module in RUNTIME_LIBRARIES:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            failed[module] = error
+    if not failed:
+        try:  # an installed but incompatible version fails here, naming its module
+            importlib.import_module("token_resource.agent")
+        except ImportError as error:
+            name = error.name or ""
+            culprit = next((m for m in RUNTIME_LIBRARIES if f"{name}.".startswith(f"{m}.")), None)
+            if culprit is None:
+                raise
+            failed[culprit] = error
+    if not failed:
+        return None
+    modules = ", ".join(f"{module}{_import_reason(error)}" for module, error in failed.items())
+    packages = " ".join(RUNTIME_LIBRARIES[module][0] for module in failed)
+    pypi = " ".join(RUNTIME_LIBRARIES[module][1] for module in failed)
+    plural = "s" if len(failed) > 1 else ""
+    return (
+        f"token-resource: cannot run without the Python module{plural} {modules}: "
+        f"install {packages} (Debian, Fedora/RHEL; pip: {pypi})"
+    )
+
+
+def _import_reason(error: ImportError) -> str:
+    """Why an installed module fails to import; nothing for one that is not installed."""
+    if isinstance(error, ModuleNotFoundError):
+        return ""
+    lines = str(error).strip().splitlines()
+    return f" ({lines[0]})" if lines else ""
+
+
 def _run(args: argparse.Namespace) -> int:
+    problem = _missing_libraries()
+    if problem is not None:
+        logs.print_error(problem)
+        return EXIT_FAILED
+    from token_resource.agent import Agent, StartError  # noqa: PLC0415 (needs the libraries)
+    from token_resource.lock import LockError  # noqa: PLC0415
+    from token_resource.notify import SystemdNotifier  # noqa: PLC0415
+
     try:
         config = _load(args.config)
     except ConfigError as error:
@@ -166,9 +224,7 @@ def _check(args: argparse.Namespace) -> int:
         config = _load(args.config)
     except ConfigError as error:
         # As systemd's ExecStartPre, leave the reason where `systemctl status` shows it.
-        notifier = SystemdNotifier()
-        notifier.status(f"invalid configuration: {error}")
-        notifier.close()
+        _notify_status(f"invalid configuration: {error}")
         return _complain(error)
     files = ", ".join(str(path) for path in config.files)
     print(f"{args.config}: valid ({files})")
@@ -179,6 +235,17 @@ def _check(args: argparse.Namespace) -> int:
         endpoint = socket_name(spec.name, config.agent.device_plugin_dir)
         print(f"  {spec.name}: {spec.count} token(s) in ${spec.env}, socket {endpoint}")
     return EXIT_OK
+
+
+def _notify_status(status: str) -> None:
+    """Send STATUS= to systemd; without the sdnotify library, `check` goes on without it."""
+    try:
+        from token_resource.notify import SystemdNotifier  # noqa: PLC0415 (optional here)
+    except ImportError:
+        return
+    notifier = SystemdNotifier()
+    notifier.status(status)
+    notifier.close()
 
 
 def _reload(args: argparse.Namespace) -> int:
