@@ -187,3 +187,20 @@ def test_an_incompatible_library_is_named_with_its_reason(monkeypatch: pytest.Mo
         "name 'runtime_version' from 'google.protobuf' (/x/__init__.py)): install "
         "python3-protobuf (Debian, Fedora/RHEL; pip: protobuf)"
     )
+
+
+def test_a_library_missing_a_dependency_is_named_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import_module = importlib.import_module
+
+    def broken_watchdog(name: str) -> object:
+        if name == "watchdog":
+            raise ModuleNotFoundError("No module named 'pathtools'", name="pathtools")
+        return import_module(name)
+
+    monkeypatch.setattr(importlib, "import_module", broken_watchdog)
+    assert cli._missing_libraries() == (
+        "token-resource: cannot run without the Python module watchdog (No module named "
+        "'pathtools'): install python3-watchdog (Debian, Fedora/RHEL; pip: watchdog)"
+    )

@@ -171,7 +171,7 @@ def _missing_libraries() -> str | None:
             failed[culprit] = error
     if not failed:
         return None
-    modules = ", ".join(f"{module}{_import_reason(error)}" for module, error in failed.items())
+    modules = ", ".join(f"{m}{_import_reason(m, error)}" for m, error in failed.items())
     packages = " ".join(RUNTIME_LIBRARIES[module][0] for module in failed)
     pypi = " ".join(RUNTIME_LIBRARIES[module][1] for module in failed)
     plural = "s" if len(failed) > 1 else ""
@@ -181,9 +181,9 @@ def _missing_libraries() -> str | None:
     )
 
 
-def _import_reason(error: ImportError) -> str:
+def _import_reason(module: str, error: ImportError) -> str:
     """Why an installed module fails to import; nothing for one that is not installed."""
-    if isinstance(error, ModuleNotFoundError):
+    if isinstance(error, ModuleNotFoundError) and f"{module}.".startswith(f"{error.name}."):
         return ""
     lines = str(error).strip().splitlines()
     return f" ({lines[0]})" if lines else ""
