@@ -1,19 +1,24 @@
-"""The ``token-resource`` command: run, check, reload, status."""
+"""The ``token-resource`` command: run, check, reload, status.
+
+Only the standard library (and tomli before Python 3.11) is imported up front, so that
+``--version``, ``--help``, ``check``, ``reload`` and ``status`` work whatever else is missing;
+``run`` imports the runtime libraries when it starts, and names the package to install for
+one that cannot be imported.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
-import logging
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
-from token_resource import __version__
-from token_resource.agent import Agent, StartError
+from token_resource import __version__, logs
 from token_resource.config import (
     DEFAULT_CONFIG_PATH,
     MAX_COUNT,
@@ -25,18 +30,26 @@ from token_resource.config import (
 )
 from token_resource.control import ControlError, default_control_socket, request
 from token_resource.kube import KubeError, NodeClient, capacity_path, load_credentials, node_name
-from token_resource.lock import LockError
-from token_resource.notify import SystemdNotifier
 from token_resource.sockets import SocketPathError, socket_name
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # invalid configuration, rejected reload, agent unreachable, directory taken
+EXIT_USAGE = 2
 RELOAD_TIMEOUT = 90.0
+
+# The libraries `run` needs beyond the standard library: the module, the distribution package
+# that provides it (the same name on Debian and on Fedora/RHEL) and its name on PyPI.
+RUNTIME_LIBRARIES = {
+    "grpc": ("python3-grpcio", "grpcio"),
+    "google.protobuf": ("python3-protobuf", "protobuf"),
+    "watchdog": ("python3-watchdog", "watchdog"),
+    "sdnotify": ("python3-sdnotify", "sdnotify"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _configure_logging(args.verbose)
+    logs.configure(verbose=args.verbose)
     handlers = {
         "run": _run,
         "check": _check,
@@ -47,8 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return handlers[args.command](args)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors reach the journal at priority err."""
+
+    def error(self, message: str) -> NoReturn:
+        logs.print_error(f"{self.format_usage().rstrip()}\n{self.prog}: error: {message}")
+        sys.exit(EXIT_USAGE)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="token-resource",
         description="Serve Kubernetes extended resources (tokens) from one TOML file.",
     )
@@ -116,16 +137,6 @@ def _assignment(text: str) -> tuple[str, int]:
     return _resource_name(name), int(count)
 
 
-def _configure_logging(verbose: bool) -> None:
-    # journald stamps each line itself; elsewhere a time helps.
-    stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format=f"{stamp}%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def _load(path: Path) -> Config:
     """The validated configuration, including that every socket path fits; or ConfigError."""
     config = load_config(path)
@@ -138,11 +149,56 @@ def _load(path: Path) -> Config:
 
 
 def _complain(error: ConfigError) -> int:
-    print(f"token-resource: invalid configuration: {error}", file=sys.stderr)
+    logs.print_error(f"token-resource: invalid configuration: {error}")
     return EXIT_FAILED
 
 
+def _missing_libraries() -> str | None:
+    """None when every runtime library imports; else one line saying what to install."""
+    failed: dict[str, ImportError] = {}
+    for module in RUNTIME_LIBRARIES:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            failed[module] = error
+    if not failed:
+        try:  # an installed but incompatible version fails here, naming its module
+            importlib.import_module("token_resource.agent")
+        except ImportError as error:
+            name = error.name or ""
+            culprit = next((m for m in RUNTIME_LIBRARIES if f"{name}.".startswith(f"{m}.")), None)
+            if culprit is None:
+                raise
+            failed[culprit] = error
+    if not failed:
+        return None
+    modules = ", ".join(f"{m}{_import_reason(m, error)}" for m, error in failed.items())
+    packages = " ".join(RUNTIME_LIBRARIES[module][0] for module in failed)
+    pypi = " ".join(RUNTIME_LIBRARIES[module][1] for module in failed)
+    plural = "s" if len(failed) > 1 else ""
+    return (
+        f"token-resource: cannot run without the Python module{plural} {modules}: "
+        f"install {packages} (Debian, Fedora/RHEL; pip: {pypi})"
+    )
+
+
+def _import_reason(module: str, error: ImportError) -> str:
+    """Why an installed module fails to import; nothing for one that is not installed."""
+    if isinstance(error, ModuleNotFoundError) and f"{module}.".startswith(f"{error.name}."):
+        return ""
+    lines = str(error).strip().splitlines()
+    return f" ({lines[0]})" if lines else ""
+
+
 def _run(args: argparse.Namespace) -> int:
+    problem = _missing_libraries()
+    if problem is not None:
+        logs.print_error(problem)
+        return EXIT_FAILED
+    from token_resource.agent import Agent, StartError  # noqa: PLC0415 (needs the libraries)
+    from token_resource.lock import LockError  # noqa: PLC0415
+    from token_resource.notify import SystemdNotifier  # noqa: PLC0415
+
     try:
         config = _load(args.config)
     except ConfigError as error:
@@ -157,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(serve())
     except (LockError, ControlError, StartError) as error:
-        print(f"token-resource: {error}", file=sys.stderr)
+        logs.print_error(f"token-resource: {error}")
         return EXIT_FAILED
     finally:
         notifier.close()
@@ -169,9 +225,7 @@ def _check(args: argparse.Namespace) -> int:
         config = _load(args.config)
     except ConfigError as error:
         # As systemd's ExecStartPre, leave the reason where `systemctl status` shows it.
-        notifier = SystemdNotifier()
-        notifier.status(f"invalid configuration: {error}")
-        notifier.close()
+        _notify_status(f"invalid configuration: {error}")
         return _complain(error)
     files = ", ".join(str(path) for path in config.files)
     print(f"{args.config}: valid ({files})")
@@ -188,6 +242,17 @@ def _check(args: argparse.Namespace) -> int:
     for name, path in config.removed.items():
         print(f"  {name}: removed by {path}")
     return EXIT_OK
+
+
+def _notify_status(status: str) -> None:
+    """Send STATUS= to systemd; without the sdnotify library, `check` goes on without it."""
+    try:
+        from token_resource.notify import SystemdNotifier  # noqa: PLC0415 (optional here)
+    except ImportError:
+        return
+    notifier = SystemdNotifier()
+    notifier.status(status)
+    notifier.close()
 
 
 def _reload(args: argparse.Namespace) -> int:
@@ -219,7 +284,7 @@ def _node_status(args: argparse.Namespace) -> int:
             client.patch_node_status(node, operations)
         status = client.get_node(node).get("status", {})
     except KubeError as error:
-        print(f"token-resource node-status: node {node}: {error}", file=sys.stderr)
+        logs.print_error(f"token-resource node-status: node {node}: {error}")
         return EXIT_FAILED
     capacity, allocatable = status.get("capacity", {}), status.get("allocatable", {})
     extended = sorted(name for name in {**capacity, **allocatable} if _is_extended(name))
@@ -246,7 +311,7 @@ def _ask(args: argparse.Namespace, command: str) -> int:
     try:
         answer = request(args.control_socket or default_control_socket(), command, args.timeout)
     except ControlError as error:
-        print(f"token-resource {command}: {error}", file=sys.stderr)
+        logs.print_error(f"token-resource {command}: {error}")
         return EXIT_FAILED
     print(answer)
     return EXIT_OK

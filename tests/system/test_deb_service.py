@@ -6,6 +6,7 @@ running the shipped configuration for the next one, and the module's tests run i
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -201,6 +202,43 @@ def test_systemctl_reload_rejects_an_invalid_file_and_keeps_serving(
     assert node.main_pid() == pid
     node.wait_for_counts(SHIPPED, timeout=5)
     assert "rejected" in node.show("StatusText")
+
+
+def test_errors_reach_the_journal_at_priority_err(
+    node: AgentNode, shipped_config_after: None
+) -> None:
+    # A key no other test uses, so that only this test's lines match.
+    reason = 'key resources."example.com/priority"'
+    node.write(CONFIG, '[resources]\n"example.com/priority" = -7\n')
+    assert node.systemctl("reload", UNIT, check=False).returncode != 0
+    node.systemctl("stop", UNIT)
+    assert node.systemctl("start", UNIT, check=False).returncode != 0
+
+    errors = node.exec(
+        ["journalctl", "-b", "--no-pager", "-o", "cat", "-p", "err", "-u", UNIT]
+    ).stdout.splitlines()
+    ours = [line for line in errors if reason in line and CONFIG in line]
+    # The running agent's log line, what `token-resource reload` (ExecReload=) answered, and
+    # `token-resource check` (ExecStartPre=) at the failed start: not only systemd's verdict.
+    assert any(
+        line.startswith("ERROR token_resource.agent: reload (") and " rejected" in line
+        for line in ours
+    ), errors
+    assert any(line.startswith("token-resource reload: ") for line in ours), errors
+    assert any(line.startswith("token-resource: invalid configuration: ") for line in ours), errors
+
+    entries = node.exec(["journalctl", "-b", "--no-pager", "-o", "json", "-u", UNIT]).stdout
+    messages = [
+        (entry["PRIORITY"], str(entry.get("MESSAGE", "")))
+        for entry in map(json.loads, entries.splitlines())
+    ]
+    ready = {
+        priority for priority, message in messages if "token_resource.agent: ready: " in message
+    }
+    assert ready == {"6"}, messages  # info lines stay info
+    assert {priority for priority, message in messages if reason in message} == {"3"}, messages
+    # journald took off the prefix it read: no line shows it.
+    assert not [message for _, message in messages if re.match(r"<\d>", message)], messages
 
 
 def test_kubelet_restart_is_followed_by_registration(node: AgentNode) -> None:
