@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import stat
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -23,9 +22,9 @@ from token_resource.config import (
     ConfigError,
     describe_change,
     diff_configs,
-    dropin_dir,
     load_reload,
 )
+from token_resource.configwatch import DISAPPEARED_SETTLE_SECONDS, ConfigPaths
 from token_resource.control import Answer, ControlServer
 from token_resource.fswatch import DirectoryWatcher, FileEvent
 from token_resource.lock import directory_lock
@@ -37,12 +36,6 @@ from token_resource.sockets import is_agent_socket_name, remove_stale_sockets
 
 log = logging.getLogger(__name__)
 
-# A reload follows a complete write (closed after writing, renamed or linked into place) after
-# this settle delay, which lets a burst of such events end in one reload.
-RELOAD_SETTLE_SECONDS = 0.02
-# A file that disappears is often being saved (vim renames the old file away before writing the
-# new one): wait longer, so that the new file's close or rename comes first.
-DISAPPEARED_SETTLE_SECONDS = 0.5
 # Registering N resources changes the status 2N times: build and send it once per burst.
 STATUS_DELAY_SECONDS = 0.05
 _STATUS_LISTED = 5
@@ -62,7 +55,8 @@ class Agent:
         # Nothing is served until run() applies the initial config as a diff from nothing.
         self._config = Config(agent=config.agent, resources=MappingProxyType({}), files=())
         self._config_path = config_path
-        self._dropin_dir = dropin_dir(config_path)
+        self._config_paths = ConfigPaths(config_path)
+        self._config_dirs: set[Path] = set()
         self._notifier = notifier
         self._control = ControlServer(control_socket, self._on_control)
         self._reconciler = Reconciler(config.agent.device_plugin_dir, self._publish_status)
@@ -85,7 +79,8 @@ class Agent:
             remove_stale_sockets(directory)
             try:
                 await self._control.start()
-                self._watch_files()
+                self._watcher.watch(directory)
+                self._watch_config()
                 self._watcher.start()
                 self._install_signal_handlers(loop)
                 _, failures = await self._apply(self._initial)
@@ -112,6 +107,8 @@ class Agent:
             try:
                 return await self._reload(trigger)
             finally:
+                # The files may now resolve through other links and directories.
+                self._watch_config()
                 self._notifier.ready(self._status())
 
     async def _reload(self, trigger: str) -> Answer:
@@ -142,20 +139,23 @@ class Agent:
         diff, self._config = diff_configs(self._config, config), config
         return diff, failures
 
-    def _watch_files(self) -> None:
-        self._watcher.watch(self._config.agent.device_plugin_dir)
-        self._watcher.watch(self._config_path.parent)
-        self._watch_dropins()
-
-    def _watch_dropins(self) -> None:
-        """Watch the drop-in directory, if there is one (it may come and go, or be replaced
-        by something else; the reload then says what is wrong with it)."""
-        if not self._dropin_dir.is_dir():
-            return
-        try:
-            self._watcher.watch(self._dropin_dir)
-        except OSError as error:
-            log.warning("cannot watch %s: %s", self._dropin_dir, error)
+    def _watch_config(self, renewed: Path | None = None) -> None:
+        """Watch the directories of every path the configuration resolves through now, and
+        ``renewed`` afresh (a directory re-created under the same name needs a new watch)."""
+        wanted = self._config_paths.refresh()
+        kept = {self._config.agent.device_plugin_dir}
+        for directory in self._config_dirs - wanted - kept:
+            self._watcher.unwatch(directory)
+        for directory in sorted(wanted - kept):
+            if directory in self._config_dirs and directory != renewed:
+                continue
+            try:
+                self._watcher.watch(directory)
+            except OSError as error:
+                # Gone again, or not watchable: the reload says what is wrong with the files.
+                log.warning("cannot watch %s: %s", directory, error)
+                wanted.discard(directory)
+        self._config_dirs = wanted
 
     def _on_file_event(self, event: FileEvent) -> None:
         if event.kind in ("opened", "closed_no_write"):
@@ -163,10 +163,12 @@ class Agent:
         directory = self._config.agent.device_plugin_dir
         if event.path.parent == directory or (event.dest and event.dest.parent == directory):
             self._on_socket_event(event)
-        if self._is_config_event(event):
-            if event.touches(self._dropin_dir) and event.kind in ("created", "moved"):
-                self._watch_dropins()
-            settle = _settle_delay(event, self._is_config_path)
+        if self._config_paths.concerns(event):
+            # A directory created or renamed into place under a watched name is a new one.
+            renewed = event.dest or event.path
+            appeared = event.is_directory and event.kind in ("created", "moved")
+            self._watch_config(renewed if appeared else None)
+            settle = self._config_paths.settle_delay(event)
             if settle is not None:
                 self._reload_soon(settle)
 
@@ -181,24 +183,20 @@ class Agent:
         elif event.kind in ("deleted", "moved") and is_agent_socket_name(event.path.name):
             self._reconciler.socket_removed(event.path.name)
 
-    def _is_config_event(self, event: FileEvent) -> bool:
-        return any(
-            path is not None and self._is_config_path(path) for path in (event.path, event.dest)
-        )
-
-    def _is_config_path(self, path: Path) -> bool:
-        """The main file, the drop-in directory, or a drop-in (which need not exist yet)."""
-        return path in (self._config_path, self._dropin_dir) or (
-            path.parent == self._dropin_dir and path.suffix == ".toml"
-        )
-
     def _reload_soon(self, settle: float) -> None:
-        # The latest event decides: a complete write after a disappearance reloads at once.
+        """Reload after ``settle`` seconds; a later event within them starts the wait again,
+        except that a disappearance never postpones a reload already due: the old link or
+        file going away after a new one was renamed into place (a ConfigMap update) is no
+        reason to wait."""
         if self._pending_reload is not None:
+            if settle == DISAPPEARED_SETTLE_SECONDS:
+                return
             self._pending_reload.cancel()
-        self._pending_reload = asyncio.get_running_loop().call_later(
-            settle, lambda: self._spawn(self.reload("file changed"))
-        )
+        self._pending_reload = asyncio.get_running_loop().call_later(settle, self._reload_now)
+
+    def _reload_now(self) -> None:
+        self._pending_reload = None
+        self._spawn(self.reload("file changed"))
 
     async def _on_control(self, command: str) -> Answer:
         if command == "reload":
@@ -274,40 +272,6 @@ class Agent:
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.
             await self._advertiser.close()
-
-
-def _settle_delay(event: FileEvent, is_config_path: Callable[[Path], bool]) -> float | None:
-    """How long to wait before reloading for a configuration event; None: not yet.
-
-    Only complete writes count: a file being written (opened, truncated, written in chunks)
-    is read once its writer closes it, never half-way, so a resource that stays in the final
-    file is never removed for a moment.
-    """
-    if event.kind == "closed":
-        return RELOAD_SETTLE_SECONDS
-    if event.kind == "moved":
-        # Renamed into place: complete. Renamed away: perhaps the first step of a save.
-        arrived = event.dest is not None and is_config_path(event.dest)
-        return RELOAD_SETTLE_SECONDS if arrived else DISAPPEARED_SETTLE_SECONDS
-    if event.kind == "deleted":
-        return DISAPPEARED_SETTLE_SECONDS
-    if event.kind == "created":
-        # A new directory, symlink or hard link is complete when it appears; a new regular
-        # file is not until its writer closes it.
-        return (
-            RELOAD_SETTLE_SECONDS
-            if event.is_directory or _complete_on_creation(event.path)
-            else None
-        )
-    return None  # "modified": a write in progress
-
-
-def _complete_on_creation(path: Path) -> bool:
-    try:
-        info = path.lstat()
-    except OSError:
-        return True  # gone again: the reload will say what is there now
-    return stat.S_ISLNK(info.st_mode) or info.st_nlink > 1
 
 
 def _describe(diff: ConfigDiff) -> str:
