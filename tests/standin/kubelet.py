@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import sys
 import threading
 import time
@@ -213,12 +214,17 @@ def device_problems(devices: Devices) -> list[str]:
 
 def clean_directory(directory: Path) -> list[str]:
     """What a starting kubelet (1.24 to 1.32) does to its directory: delete every entry that
-    is not a directory (sockets, regular files, symlinks) except its checkpoint. Like its
-    ``os.Stat``, a symlink to a directory counts as a directory; subdirectories are not
-    entered."""
+    is not a directory (sockets, regular files, symlinks) except its checkpoint. Entries are
+    looked at with ``lstat``, as those kubelets do: a symlink goes even if it points to a
+    directory. Subdirectories are not entered."""
     removed = []
     for entry in sorted(directory.iterdir()):
-        if entry.name == CHECKPOINT or entry.is_dir():
+        if entry.name == CHECKPOINT:
+            continue
+        try:
+            if stat.S_ISDIR(entry.lstat().st_mode):
+                continue
+        except FileNotFoundError:  # gone meanwhile (the kubelet, too, skips what it cannot stat)
             continue
         entry.unlink(missing_ok=True)
         removed.append(entry.name)
