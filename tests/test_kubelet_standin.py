@@ -339,20 +339,24 @@ def test_register_first_answers_then_dials(
     assert (token.options, token.register_options) == (None, Options(False, True))
 
 
-def test_restart_wipes_sockets_only_and_needs_reregistration(
+def test_restart_wipes_every_file_but_the_checkpoint_and_needs_reregistration(
     tmp_path: Path, standin: KubeletStandin, plugins: Callable[..., FakePlugin]
 ) -> None:
     plugin = plugins("token.sock")
     register(standin.socket_path, "token.sock")
     standin.wait_for(lambda v: v.counts() == {RESOURCE: 2})
-    (tmp_path / "notes.txt").write_text("kept")
+    (tmp_path / "notes.txt").write_text("a regular file goes too")
     (tmp_path / "sub").mkdir()
     stale_socket(tmp_path / "sub" / "nested.sock")  # the kubelet does not recurse
     stale_socket(tmp_path / "stale.sock")
 
     standin.restart()
 
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kubelet.sock", "notes.txt", "sub"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kubelet.sock",
+        "kubelet_internal_checkpoint",
+        "sub",
+    ]
     assert standin.socket_path.is_socket()
     assert (tmp_path / "sub" / "nested.sock").is_socket()
     view = standin.snapshot()
@@ -568,9 +572,44 @@ def test_script_mode_exits_0_on_sigint(
     lines.expect("kubelet stopped")
 
 
-def test_a_starting_kubelet_wipes_the_sockets_it_finds(tmp_path: Path) -> None:
+def test_a_starting_kubelet_wipes_every_file_but_its_checkpoint(tmp_path: Path) -> None:
+    """As 1.24 to 1.32 do: sockets, regular files (a lock file, say) and symlinks, even to a
+    directory, go; the checkpoint and subdirectories stay, and nothing inside is touched."""
     stale_socket(tmp_path / "plugin.sock")
-    (tmp_path / "checkpoint").write_text("a regular file stays")
+    (tmp_path / "token-resource.lock").write_text("1234\n")
+    (tmp_path / "link").symlink_to(tmp_path / "token-resource.lock")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "file").write_text("inside a subdirectory: kept")
+    (tmp_path / "sub-link").symlink_to(tmp_path / "sub")
+    (tmp_path / "kubelet_internal_checkpoint").write_text('{"old": "checkpoint"}')
     with KubeletStandin(tmp_path) as standin:
-        assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint", "kubelet.sock"]
+        assert sorted(path.name for path in tmp_path.iterdir()) == [
+            "kubelet.sock",
+            "kubelet_internal_checkpoint",
+            "sub",
+        ]
+        assert (tmp_path / "sub" / "file").exists()
         assert standin.snapshot().generation == 1
+        # The starting kubelet writes its own checkpoint over the old one.
+        assert json.loads(standin.checkpoint_path.read_text())["generation"] == 1
+
+
+def test_restarts_keep_only_the_checkpoint_and_rewrite_it(
+    tmp_path: Path, standin: KubeletStandin, plugins: Callable[..., FakePlugin]
+) -> None:
+    plugins("token.sock")
+    register(standin.socket_path, "token.sock")
+    standin.wait_for(lambda v: v.counts() == {RESOURCE: 2})
+    for generation in range(2, 5):
+        (tmp_path / "marker").write_text("gone at every kubelet start")
+        standin.restart()
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "kubelet.sock",
+            "kubelet_internal_checkpoint",
+        ]
+        checkpoint = json.loads(standin.checkpoint_path.read_text())
+        assert checkpoint == {"generation": generation, "registered_devices": {RESOURCE: 2}}
+    standin.stop()
+    # A stopping kubelet removes its socket; the checkpoint stays for the next start.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kubelet_internal_checkpoint"]

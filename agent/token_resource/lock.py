@@ -1,4 +1,10 @@
-"""One agent per device-plugin directory: two would fight over the same sockets."""
+"""One agent per device-plugin directory: two would fight over the same sockets.
+
+The lock is an exclusive flock on the directory itself, not on a file in it: a starting
+kubelet (1.24 to 1.32) deletes every file there except its checkpoint, a lock file included,
+after which a second agent could lock a new file of the same name. The directory stays, and
+a flock on it holds across mount namespaces (a bind-mounted directory is the same inode).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-LOCK_NAME = "token-resource.lock"
+PROC_LOCKS = Path("/proc/locks")
 
 
 class LockError(Exception):
@@ -17,20 +23,40 @@ class LockError(Exception):
 
 @contextlib.contextmanager
 def directory_lock(directory: Path) -> Iterator[None]:
-    """Hold an exclusive flock on ``directory/token-resource.lock`` (a regular file, which the
-    kubelet leaves alone); the kernel releases it however the process ends."""
-    path = directory / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    """Hold an exclusive flock on ``directory`` itself; the kernel releases it however the
+    process ends. Nothing is created in the directory."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = lock_holder(os.fstat(fd))
             raise LockError(
-                f"another token-resource agent (pid {holder}) is already serving {directory}"
+                f"another token-resource agent (pid {holder or 'unknown'}) "
+                f"is already serving {directory}"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)
+
+
+def lock_holder(stat: os.stat_result, proc_locks: Path | None = None) -> int | None:
+    """The pid holding a flock on the file of ``stat``, from ``/proc/locks``; None if unknown
+    (not listed, or the holder is in a pid namespace this process cannot see)."""
+    wanted = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    try:
+        text = (proc_locks or PROC_LOCKS).read_text()
+    except OSError:
+        return None
+    # e.g. "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; waiters have "->" after "1:".
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != wanted:
+            continue
+        try:
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if pid > 0:
+            return pid
+    return None

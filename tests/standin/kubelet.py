@@ -17,8 +17,8 @@ grpcio and protobuf exist, so it imports nothing from ``tests``::
 
     python3 kubelet.py --dir DIR [--state-file FILE] [--register-first]
 
-It prints one line per event. SIGHUP restarts the kubelet (wiping every socket in DIR),
-SIGTERM and SIGINT stop it.
+It prints one line per event. SIGHUP restarts the kubelet (wiping every file in DIR but its
+checkpoint), SIGTERM and SIGINT stop it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import sys
 import threading
 import time
@@ -73,6 +74,8 @@ _PRETTY_DEVICES = 20
 # A plugin's messages are refused above this size, as by the kubelet's gRPC client.
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
 _REGISTER_WORKERS = 16
+# The device manager's checkpoint: the one file a starting kubelet leaves in its directory.
+CHECKPOINT = "kubelet_internal_checkpoint"
 
 Devices = tuple[tuple[str, str], ...]
 _Response = TypeVar("_Response", bound=Message)
@@ -209,13 +212,22 @@ def device_problems(devices: Devices) -> list[str]:
     return problems
 
 
-def remove_sockets(directory: Path) -> list[str]:
-    """What a starting kubelet does to its directory: delete every socket, nothing else."""
+def clean_directory(directory: Path) -> list[str]:
+    """What a starting kubelet (1.24 to 1.32) does to its directory: delete every entry that
+    is not a directory (sockets, regular files, symlinks) except its checkpoint. Entries are
+    looked at with ``lstat``, as those kubelets do: a symlink goes even if it points to a
+    directory. Subdirectories are not entered."""
     removed = []
     for entry in sorted(directory.iterdir()):
-        if entry.is_socket():
-            entry.unlink(missing_ok=True)
-            removed.append(entry.name)
+        if entry.name == CHECKPOINT:
+            continue
+        try:
+            if stat.S_ISDIR(entry.lstat().st_mode):
+                continue
+        except FileNotFoundError:  # gone meanwhile (the kubelet, too, skips what it cannot stat)
+            continue
+        entry.unlink(missing_ok=True)
+        removed.append(entry.name)
     return removed
 
 
@@ -273,6 +285,10 @@ class KubeletStandin:
     def socket_path(self) -> Path:
         return self.socket_dir / KUBELET_SOCKET
 
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.socket_dir / CHECKPOINT
+
     def __enter__(self) -> KubeletStandin:
         self.start()
         return self
@@ -283,16 +299,17 @@ class KubeletStandin:
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Like a starting kubelet: delete every socket in the directory (plugins' included;
-        regular files and directories stay), then serve Registration on a fresh
-        ``kubelet.sock``. Plugins that were serving must notice and register again."""
+        """Like a starting kubelet: delete every file in the directory but the checkpoint
+        (plugins' sockets, regular files and symlinks alike; subdirectories stay), write the
+        checkpoint, then serve Registration on a fresh ``kubelet.sock``. Plugins that were
+        serving must notice and register again."""
         with self._cond:
             if self._server is not None:
                 raise RuntimeError("the kubelet stand-in is already running")
             self.socket_dir.mkdir(parents=True, exist_ok=True)
-            removed = remove_sockets(self.socket_dir)
+            removed = clean_directory(self.socket_dir)
             if removed:
-                LOG.info("kubelet starting: removed sockets %s", ", ".join(removed))
+                LOG.info("kubelet starting: removed %s", ", ".join(removed))
             executor = ThreadPoolExecutor(_REGISTER_WORKERS, thread_name_prefix="kubelet-register")
             server = grpc.server(executor, handlers=[registration_handler(self._register)])
             # Older grpcio reports a failed bind by returning 0 instead of raising.
@@ -301,6 +318,7 @@ class KubeletStandin:
             # Before the server starts, so that the first Register sees this generation.
             self._server, self._executor = server, executor
             self._generation += 1
+            self._write_checkpoint()
             server.start()
             self._changed(
                 f"kubelet listening on {self.socket_path} (generation {self._generation})"
@@ -324,7 +342,8 @@ class KubeletStandin:
         self.socket_path.unlink(missing_ok=True)
 
     def restart(self) -> None:
-        """Like a kubelet restart: stop, then start (which deletes every socket).
+        """Like a kubelet restart: stop, then start (which deletes every file but the
+        checkpoint).
 
         Every resource stays unhealthy (allocatable 0) until its plugin registers again.
         """
@@ -608,6 +627,15 @@ class KubeletStandin:
 
     def _update(self, name: str, **changes: Any) -> None:
         self._views[name] = replace(self._views[name], **changes)
+
+    def _write_checkpoint(self) -> None:
+        """Caller holds the lock. The real checkpoint holds the registered devices and pod
+        allocations; nothing reads this one, it only has to be there, as the real one is."""
+        registered = {name: len(view.devices) for name, view in sorted(self._views.items())}
+        _write_atomically(
+            self.checkpoint_path,
+            json.dumps({"generation": self._generation, "registered_devices": registered}),
+        )
 
     def _snapshot(self) -> KubeletView:
         return KubeletView(

@@ -15,8 +15,8 @@ PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 STATE_FILE = "/run/kubelet-standin/state.json"
 
 # The kubelet stand-in as a real unit, so that the agent's After=kubelet.service means
-# something. `systemctl reload kubelet` is a kubelet restart inside the process (every socket
-# in the directory wiped, a new kubelet.sock), like a real kubelet's.
+# something. `systemctl reload kubelet` is a kubelet restart inside the process (every file in
+# the directory but the checkpoint wiped, a new kubelet.sock), like a real kubelet's.
 KUBELET_UNIT = f"""\
 [Unit]
 Description=kubelet stand-in (device-plugin registration) for the system tests

@@ -243,7 +243,8 @@ def test_errors_reach_the_journal_at_priority_err(
 
 def test_kubelet_restart_is_followed_by_registration(node: AgentNode) -> None:
     before = node.wait_for_counts(SHIPPED)
-    # In-process restart: every socket in the directory is wiped, kubelet.sock is new.
+    # In-process restart: every file in the directory but the checkpoint is wiped, and
+    # kubelet.sock is new.
     node.systemctl("reload", "kubelet.service")
     node.wait_for_counts(SHIPPED, min_generation=before["generation"] + 1)
     assert set(node.agent_sockets()) == {

@@ -69,6 +69,6 @@ def test_purge_removes_unit_config_and_sockets(node: AgentNode) -> None:
         assert node.exec(["test", "-e", path], check=False).returncode != 0, f"{path} is left"
     assert node.show("LoadState") == "not-found"
     assert node.exec(["pgrep", "-f", "token-resource run"], check=False).returncode != 0
-    # Only the kubelet's own socket is left in its directory.
-    assert node.plugin_dir() == ["kubelet.sock"], node.plugin_dir()
+    # Only the kubelet's own socket and checkpoint are left in its directory.
+    assert node.plugin_dir() == ["kubelet.sock", "kubelet_internal_checkpoint"], node.plugin_dir()
     assert node.exec(["test", "-S", f"{PLUGIN_DIR}/kubelet.sock"], check=False).returncode == 0
