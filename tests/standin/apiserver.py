@@ -13,7 +13,13 @@ Node status, the way a real API server (1.32) answers them:
   ``metadata.resourceVersion`` is a precondition, as on the real server (409 if stale).
 - ``PATCH /api/v1/nodes/<name>`` (the main resource): only ``metadata.labels``,
   ``metadata.annotations`` and ``spec`` are kept; status changes are silently ignored there,
-  which is exactly the mistake of patching the wrong URL.
+  which is exactly the mistake of patching the wrong URL. A node identity patching its own
+  Node is held to the NodeRestriction admission plugin's rules for an update
+  (plugin/pkg/admission/noderestriction/admission.go, ``admitNode``): its annotations are
+  free, its taints may not change, and of its labels it may not add, change or remove one
+  under ``node-restriction.kubernetes.io/``, nor one under ``kubernetes.io`` or ``k8s.io``
+  (or a subdomain of either) unless the kubelet sets it (k8s.io/kubelet/pkg/apis,
+  ``IsKubeletLabel``): 403 with the plugin's words.
 - ``GET /version`` without credentials.
 
 Quantities are validated and stored in Kubernetes' canonical form, as the real server
@@ -124,6 +130,25 @@ _BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T"}
 _DECIMAL_SUFFIXES.update({15: "P", 18: "E"})
 _DECIMAL_EXPONENTS = {suffix: exponent for exponent, suffix in _DECIMAL_SUFFIXES.items()}
+# What NodeRestriction lets a node set among the kubernetes.io and k8s.io labels of its Node:
+# the kubelet's own labels and those under its namespaces (k8s.io/kubelet/pkg/apis).
+_KUBELET_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    }
+)
+_KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+_NODE_RESTRICTION_NAMESPACE = "node-restriction.kubernetes.io"
 
 
 # --- certificates ------------------------------------------------------------------------------
@@ -499,6 +524,46 @@ def _node_of(path: str) -> str | None:
     return unquote(match["name"]) if match else None
 
 
+def _node_identity(identity: _Identity) -> str | None:
+    """The node name of a node identity (user system:node:<name> in group system:nodes)."""
+    if identity.user.startswith(NODE_USER_PREFIX) and NODES_GROUP in identity.groups:
+        return identity.user[len(NODE_USER_PREFIX) :]
+    return None
+
+
+def _admit_own_node_update(
+    name: str, current: Mapping[str, Any], updated: Mapping[str, Any]
+) -> None:
+    """NodeRestriction's rules for a node updating its own Node (``admitNode``, Update)."""
+    if current["spec"].get("taints") != updated["spec"].get("taints"):
+        raise _forbidden(name, f'node "{name}" is not allowed to modify taints')
+    before = current["metadata"].get("labels") or {}
+    after = updated["metadata"].get("labels") or {}
+    modified = {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+    forbidden = sorted(key for key in modified if _is_forbidden_node_label(key))
+    if forbidden:
+        raise _forbidden(name, f"is not allowed to modify labels: {', '.join(forbidden)}")
+
+
+def _is_forbidden_node_label(key: str) -> bool:
+    namespace = key.partition("/")[0] if "/" in key else ""
+
+    def within(domain: str) -> bool:
+        return namespace == domain or namespace.endswith(f".{domain}")
+
+    if within(_NODE_RESTRICTION_NAMESPACE):
+        return True
+    kubelet_label = key in _KUBELET_LABELS or any(map(within, _KUBELET_LABEL_NAMESPACES))
+    return (within("kubernetes.io") or within("k8s.io")) and not kubelet_label
+
+
+def _forbidden(name: str, reason: str) -> _Fail:
+    """admission.NewForbidden's answer for a Node."""
+    return _fail(
+        403, "Forbidden", f'nodes "{name}" is forbidden: {reason}', {"name": name, "kind": "nodes"}
+    )
+
+
 def new_node(name: str, capacity: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A Node as a freshly registered kubelet leaves it (allocatable = capacity)."""
     capacity = dict(DEFAULT_CAPACITY if capacity is None else capacity)
@@ -867,8 +932,8 @@ class ApiServerStandin:
             f'nodes "{name}" is forbidden: User "{identity.user}" cannot {verb} resource '
             f'"{resource}" in API group "" at the cluster scope'
         )
-        if identity.user.startswith(NODE_USER_PREFIX) and NODES_GROUP in identity.groups:
-            own = identity.user[len(NODE_USER_PREFIX) :]
+        own = _node_identity(identity)
+        if own is not None:
             if own == name:
                 return
             if verb == "patch":  # NodeRestriction's words
@@ -922,6 +987,8 @@ class ApiServerStandin:
             for key in ("labels", "annotations"):
                 _set_or_drop(updated["metadata"], key, _string_map(name, key, metadata.get(key)))
             updated["spec"] = patched.get("spec") if isinstance(patched.get("spec"), dict) else {}
+            if _node_identity(identity) == name:
+                _admit_own_node_update(name, current, updated)
         wanted_version = metadata.get("resourceVersion")
         if wanted_version not in (None, current["metadata"]["resourceVersion"]):
             raise _fail(
