@@ -631,6 +631,15 @@ def test_add_and_delete_node(apiserver: ApiServerStandin, admin: Client) -> None
     assert node["status"]["capacity"] == node["status"]["allocatable"] == {"cpu": "2", DONGLE: "1"}
 
 
+def test_fail_requests(apiserver: ApiServerStandin, node_client: Client) -> None:
+    apiserver.fail_requests("PATCH", STATUS)
+    body = assert_status(node_client.patch(add("4")), 500, "InternalError")
+    assert "etcdserver" in body["message"]
+    assert node_client.get()[0] == 200  # other methods and paths are answered
+    apiserver.stop_failing()
+    assert node_client.patch(add("4"))[0] == 200
+
+
 def test_port_is_known_before_the_first_start(ca: CertificateAuthority, tmp_path: Path) -> None:
     """An agent can be configured, and fail to connect, before the API server comes up."""
     apiserver = ApiServerStandin(ca, tokens={GOOD_TOKEN: True})

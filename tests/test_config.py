@@ -687,6 +687,21 @@ def test_node_status_resources_and_kubernetes_settings() -> None:
     assert list(config.advertised_by(DEVICE_PLUGIN).resources) == ["example.com/token"]
 
 
+@pytest.mark.parametrize(
+    ("main", "dropin_text", "uses"),
+    [
+        ('[resources]\n"example.com/token" = 2\n', "", False),
+        ('[resources."example.com/d"]\ncount = 1\nadvertise = "node-status"\n', "", True),
+        # No node-status resource left, but a [kubernetes] table, even an empty one in a
+        # drop-in: the agent still looks for the resources its Node lists as its own.
+        ("[resources]\n", "[kubernetes]\n", True),
+    ],
+    ids=["device-plugins-only", "node-status", "kubernetes-table"],
+)
+def test_when_the_agent_uses_the_api_server(main: str, dropin_text: str, uses: bool) -> None:
+    assert parse(main, dropin_text).uses_api_server is uses
+
+
 def test_kubernetes_defaults() -> None:
     assert parse("[resources]").kubernetes == KubernetesSettings(
         kubeconfig=Path("/etc/kubernetes/kubelet.conf"),

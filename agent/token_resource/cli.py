@@ -29,7 +29,15 @@ from token_resource.config import (
     resource_name_problem,
 )
 from token_resource.control import ControlError, default_control_socket, request
-from token_resource.kube import KubeError, NodeClient, capacity_path, load_credentials, node_name
+from token_resource.kube import (
+    OWNED_ANNOTATION,
+    KubeError,
+    NodeClient,
+    Ownership,
+    capacity_path,
+    load_credentials,
+    node_name,
+)
 from token_resource.sockets import SocketPathError, socket_name
 
 EXIT_OK = 0
@@ -282,16 +290,26 @@ def _node_status(args: argparse.Namespace) -> int:
         client = NodeClient(load_credentials(settings))
         if operations:
             client.patch_node_status(node, operations)
-        status = client.get_node(node).get("status", {})
+        current = client.get_node(node)
+        ownership = Ownership.of(current)
+        if args.action == "remove" and ownership.names & set(args.names):
+            # After the capacity, as the agent does: a name is never unlisted while it counts.
+            current = client.patch_node(
+                node, ownership.change_to(ownership.names - set(args.names))
+            )
+            ownership = Ownership.of(current)
     except KubeError as error:
         logs.print_error(f"token-resource node-status: node {node}: {error}")
         return EXIT_FAILED
+    status = current.get("status", {})
     capacity, allocatable = status.get("capacity", {}), status.get("allocatable", {})
-    extended = sorted(name for name in {**capacity, **allocatable} if _is_extended(name))
+    listed = {**capacity, **allocatable, **dict.fromkeys(ownership.names)}
+    extended = sorted(name for name in listed if _is_extended(name))
     print(f"node {node}: {len(extended)} extended resource(s)")
     for name in extended:
         counts = f"capacity {capacity.get(name, '-')}, allocatable {allocatable.get(name, '-')}"
-        print(f"  {name}: {counts}")
+        owner = f", the agent's ({OWNED_ANNOTATION})" if name in ownership.names else ""
+        print(f"  {name}: {counts}{owner}")
     return EXIT_OK
 
 

@@ -163,12 +163,22 @@ class Config:
     kubernetes: KubernetesSettings = KubernetesSettings()
     # Resources an earlier file defined and a later one took away with `remove = true`.
     removed: Mapping[str, Path] = field(default_factory=dict)
+    # Whether any file has a [kubernetes] table (even an empty one).
+    kubernetes_table: bool = False
 
     def __post_init__(self) -> None:
         # Immutable and in a stable order however it was built, so that holders of a Config can
         # share it and log or serve its resources deterministically.
         ordered = {name: self.resources[name] for name in sorted(self.resources)}
         object.__setattr__(self, "resources", MappingProxyType(ordered))
+
+    @property
+    def uses_api_server(self) -> bool:
+        """Whether the agent talks to the API server: for a node-status resource, or, given a
+        [kubernetes] table, to remove the node-status resources its Node still lists after the
+        last of them left the files while the agent was stopped."""
+        modes = {spec.advertise for spec in self.resources.values()}
+        return self.kubernetes_table or NODE_STATUS in modes
 
     def advertised_by(self, mode: str) -> Config:
         """The same configuration with only the resources advertised ``mode``'s way."""
@@ -244,8 +254,10 @@ def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
     settings: dict[str, dict[str, tuple[Any, Path]]] = {}
     sources: dict[str, Path] = {}
     removed: dict[str, Path] = {}
+    kubernetes_table = False
     for index, (path, text) in enumerate(documents):
         document = _parse_document(path, text)
+        kubernetes_table |= document.kubernetes_table
         if index == 0 and not document.defined:
             raise ConfigError(
                 "the main file defines nothing (empty, or only comments): an incomplete write? "
@@ -278,6 +290,7 @@ def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
         files=tuple(path for path, _ in documents),
         kubernetes=KubernetesSettings(**kubernetes),
         removed=removed,
+        kubernetes_table=kubernetes_table,
     )
 
 
@@ -368,6 +381,7 @@ class _Document:
     # The keys each resource's definition sets, or None for `remove = true`.
     resources: Mapping[str, Mapping[str, Any] | None]
     defined: bool  # whether the document has any table or key at all
+    kubernetes_table: bool
 
 
 def _parse_document(path: Path, text: str) -> _Document:
@@ -379,6 +393,7 @@ def _parse_document(path: Path, text: str) -> _Document:
             kubernetes=_parse_kubernetes(_section(table, "kubernetes")),
             resources=_parse_resources(_section(table, "resources")),
             defined=bool(table),
+            kubernetes_table="kubernetes" in table,
         )
     except _Invalid as error:
         raise _located(error, path, text) from None

@@ -52,6 +52,7 @@ change (a second ``resourceVersion``), so a PATCH response still shows the old a
 as a real one does; with ``kubelet_sync=False`` the test calls :meth:`ApiServerStandin.sync`.
 Test hooks: :meth:`~ApiServerStandin.reset_capacity` (the kubelet or a node re-creation
 dropping extended resources behind the agent's back), :meth:`~ApiServerStandin.set_capacity`,
+:meth:`~ApiServerStandin.fail_requests` (500 for one method and path),
 ``add_node``/``delete_node``, ``stop``/``start`` on the same port, the request log,
 :meth:`~ApiServerStandin.wait_for` and :meth:`~ApiServerStandin.write_kubeconfig`.
 
@@ -412,6 +413,9 @@ class ApiServerView:
     requests: tuple[LoggedRequest, ...]
     tls_failures: tuple[str, ...]  # handshakes the server saw fail, oldest first
 
+    def annotations(self, node: str) -> dict[str, str]:
+        return dict(self.nodes[node]["metadata"].get("annotations") or {})
+
     def capacity(self, node: str) -> dict[str, str]:
         return dict(self.nodes[node]["status"].get("capacity") or {})
 
@@ -625,6 +629,7 @@ class ApiServerStandin:
         self._tokens: dict[str, tuple[str, bool]] = {}
         self._requests: list[LoggedRequest] = []
         self._tls_failures: list[str] = []
+        self._failing: tuple[str, str] | None = None  # (method, path) answered with 500
         for name in nodes:
             self.add_node(name)
         for token, allowed in (tokens or {}).items():
@@ -733,6 +738,17 @@ class ApiServerStandin:
             self._changed(f"node {name}: capacity {resource} set to {value}")
             if self._kubelet_sync:
                 self._sync(name)
+
+    def fail_requests(self, method: str, path: str) -> None:
+        """Answer every authenticated ``method`` request for ``path`` with 500, as a server
+        whose etcd times out does, until :meth:`stop_failing`: the writes before it stand, as
+        when the client crashes right there."""
+        with self._cond:
+            self._failing = (method, path)
+
+    def stop_failing(self) -> None:
+        with self._cond:
+            self._failing = None
 
     def sync(self, name: str | None = None) -> None:
         """The kubelet's node-status sync for one node (every node if None)."""
@@ -878,6 +894,9 @@ class ApiServerStandin:
                     reply = _Reply(200, dict(VERSION_INFO))
                 else:
                     identity = self._authenticate(headers.get("authorization"), peer_cert)
+                    if self._failing == (method, url.path):
+                        message = "Internal error occurred: etcdserver: request timed out"
+                        raise _fail(500, "InternalError", message, {})
                     reply = self._route(method, url.path, content_type, body, identity)
             except _Fail as failure:
                 reply = failure.reply
