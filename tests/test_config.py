@@ -18,6 +18,7 @@ from token_resource.config import (
     ConfigError,
     KubernetesSettings,
     ResourceSpec,
+    Validation,
     _find_line,
     config_files,
     default_env_name,
@@ -25,6 +26,7 @@ from token_resource.config import (
     dropin_dir,
     load_config,
     parse_config,
+    validate_config,
 )
 
 MAIN = Path("/etc/token-resource.toml")
@@ -547,6 +549,28 @@ def test_config_files_lists_dropins_in_lexical_order(tmp_path: Path) -> None:
     (directory / "sub.toml").mkdir()
     (directory / ".#b.toml").symlink_to("root@host.123")  # an Emacs lock file
     assert config_files(main) == [main, earlier, later, broken]
+
+
+def test_validate_config_finds_every_error_and_load_config_raises_the_first(
+    tmp_path: Path,
+) -> None:
+    main = write(tmp_path / "agent.toml", '[resources]\n"a.com/x" = -1\n"a.com/y" = true\n')
+    (tmp_path / "agent.d").mkdir()
+    unreadable = tmp_path / "agent.d" / "10-gone.toml"
+    unreadable.symlink_to(tmp_path / "nowhere")
+    validation = validate_config(main)
+    assert validation.config is None
+    assert [(error.file, error.key) for error in validation.errors] == [
+        (unreadable, None),  # reading comes first, as it did when the first error stopped all
+        (main, 'resources."a.com/x"'),
+        (main, 'resources."a.com/y"'),
+    ]
+    with pytest.raises(ConfigError) as first:
+        load_config(main)
+    assert str(first.value) == str(validation.errors[0])
+    unreadable.unlink()
+    write(main, '[resources]\n"a.com/x" = 1\n')
+    assert validate_config(main) == Validation(load_config(main), ())
 
 
 def test_load_config_reads_main_then_dropins(tmp_path: Path) -> None:
