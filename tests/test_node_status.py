@@ -212,16 +212,21 @@ def test_the_annotation_changes_only_as_it_was_read(
     absent = kube.Ownership.of(client.get_node(NODE))
     assert absent.names == frozenset()
     assert absent.value is None
-    client.patch_node(NODE, absent.change_to(frozenset({DONGLE})))
-    with pytest.raises(kube.ApiError) as refused:  # its resourceVersion is stale now
-        client.patch_node(NODE, absent.change_to(frozenset({SEAT})))
-    assert refused.value.status == 422
+    client.list_as_owned(NODE, absent, frozenset({DONGLE}))
+    # Its resourceVersion is stale now.
+    with pytest.raises(kube.KubeError, match=f"{OWNED} changed after it was read"):
+        client.list_as_owned(NODE, absent, frozenset({SEAT}))
     listed = kube.Ownership.of(client.get_node(NODE))
     assert listed.names == {DONGLE}
-    client.patch_node(NODE, listed.change_to(frozenset({DONGLE, SEAT})))
-    with pytest.raises(kube.ApiError):  # the value it tests is stale now
-        client.patch_node(NODE, listed.change_to(frozenset()))
+    client.list_as_owned(NODE, listed, frozenset({DONGLE, SEAT}))
+    # The value it tests is stale now.
+    with pytest.raises(kube.KubeError, match=r"another writer\?\): 422"):
+        client.list_as_owned(NODE, listed, frozenset())
     assert owned(apiserver.snapshot()) == f"{SEAT},{DONGLE}"
+    # Any other refusal is passed on as it is.
+    with pytest.raises(kube.ApiError) as refused:
+        client.list_as_owned("node-b", listed, frozenset())
+    assert refused.value.status == 403
 
 
 @pytest.mark.parametrize(

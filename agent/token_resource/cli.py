@@ -343,9 +343,7 @@ def _node_status(args: argparse.Namespace) -> int:
         ownership = Ownership.of(current)
         if args.action == "remove" and ownership.names & set(args.names):
             # After the capacity, as the agent does: a name is never unlisted while it counts.
-            current = client.patch_node(
-                node, ownership.change_to(ownership.names - set(args.names))
-            )
+            current = client.list_as_owned(node, ownership, ownership.names - set(args.names))
             ownership = Ownership.of(current)
     except KubeError as error:
         logs.print_error(f"token-resource node-status: node {node}: {error}")

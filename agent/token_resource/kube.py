@@ -26,6 +26,7 @@ from urllib.parse import quote, urlsplit
 from token_resource.config import KubernetesSettings, resource_name_problem
 
 REQUEST_TIMEOUT = 10.0
+UNPROCESSABLE = 422  # among others, a JSON patch whose "test" op failed
 JSON_PATCH = "application/json-patch+json"
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # The extended resources the agent put on its Node, as node-feature-discovery keeps its own in
@@ -177,6 +178,20 @@ class NodeClient:
     def patch_node(self, name: str, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Apply an RFC 6902 JSON patch to the Node: metadata and spec (status is ignored)."""
         return self._patch(f"/api/v1/nodes/{quote(name, safe='')}", operations)
+
+    def list_as_owned(
+        self, name: str, ownership: Ownership, names: frozenset[str]
+    ) -> dict[str, Any]:
+        """Make the Node's annotation list ``names``, if it is still as read; the Node now."""
+        try:
+            return self.patch_node(name, ownership.change_to(names))
+        except ApiError as error:
+            if error.status != UNPROCESSABLE:
+                raise
+            # The API server keeps its reason for a failed "test" op to itself.
+            raise KubeError(
+                f"{OWNED_ANNOTATION} changed after it was read (another writer?): {error}"
+            ) from None
 
     def patch_node_status(
         self, name: str, operations: Sequence[Mapping[str, Any]]

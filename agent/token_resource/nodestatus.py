@@ -127,7 +127,7 @@ def sync_node(settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
     ownership = Ownership.of(current)
     wanted = frozenset(desired)
     if not wanted <= ownership.names:
-        current = client.patch_node(node, ownership.change_to(ownership.names | wanted))
+        current = client.list_as_owned(node, ownership, ownership.names | wanted)
         ownership = Ownership.of(current)
     capacity = current.get("status", {}).get("capacity", {})
     operations: list[dict[str, str]] = []
@@ -143,4 +143,4 @@ def sync_node(settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
     if operations:
         client.patch_node_status(node, operations)
     if ownership.names - wanted:
-        client.patch_node(node, ownership.change_to(wanted))
+        client.list_as_owned(node, ownership, wanted)
