@@ -245,6 +245,73 @@ def test_patching_the_node_instead_of_its_status_changes_no_capacity(
     assert apiserver.snapshot().extended(NODE) == {}
 
 
+def test_node_may_annotate_its_own_node(apiserver: ApiServerStandin, node_client: Client) -> None:
+    """NodeRestriction leaves a node's own annotations alone: the agent keeps its list there."""
+    path = f"/api/v1/nodes/{NODE}"
+    operations = [
+        {"op": "add", "path": "/metadata/annotations", "value": {"acme/owned": "a,b"}},
+        {"op": "add", "path": "/metadata/labels/acme~1plain", "value": "yes"},
+        {"op": "add", "path": "/metadata/labels/node.kubernetes.io~1instance-type", "value": "x"},
+    ]
+    assert node_client.patch(operations, path)[0] == 200
+    node = apiserver.node(NODE)
+    assert node["metadata"]["annotations"] == {"acme/owned": "a,b"}
+    assert node["metadata"]["labels"]["acme/plain"] == "yes"
+    removal = [{"op": "remove", "path": "/metadata/annotations/acme~1owned"}]
+    assert node_client.patch(removal, path)[0] == 200
+    assert apiserver.node(NODE)["metadata"]["annotations"] == {}
+
+
+@pytest.mark.parametrize(
+    ("operation", "reason"),
+    [
+        (
+            {"op": "add", "path": "/metadata/labels/node-role.kubernetes.io~1gpu", "value": ""},
+            "is not allowed to modify labels: node-role.kubernetes.io/gpu",
+        ),
+        (
+            {
+                "op": "add",
+                "path": "/metadata/labels/x.node-restriction.kubernetes.io~1a",
+                "value": "",
+            },
+            "is not allowed to modify labels: x.node-restriction.kubernetes.io/a",
+        ),
+        (
+            {"op": "add", "path": "/metadata/labels/example.k8s.io~1b", "value": "1"},
+            "is not allowed to modify labels: example.k8s.io/b",
+        ),
+        (
+            {"op": "remove", "path": "/metadata/labels/kubernetes.io~1os"},
+            None,  # a kubelet label: allowed
+        ),
+        (
+            {"op": "add", "path": "/spec/taints", "value": [{"key": "k", "effect": "NoSchedule"}]},
+            f'node "{NODE}" is not allowed to modify taints',
+        ),
+    ],
+    ids=["node-role", "node-restriction", "k8s-io", "kubelet-label", "taints"],
+)
+def test_node_restriction_on_its_own_node(
+    apiserver: ApiServerStandin,
+    node_client: Client,
+    admin: Client,
+    operation: dict[str, Any],
+    reason: str | None,
+) -> None:
+    path = f"/api/v1/nodes/{NODE}"
+    before = apiserver.node(NODE)
+    answer = node_client.patch([operation], path)
+    if reason is None:
+        assert answer[0] == 200
+        return
+    body = assert_status(answer, 403, "Forbidden")
+    assert body["message"] == f'nodes "{NODE}" is forbidden: {reason}'
+    assert apiserver.node(NODE) == before
+    # Only nodes are held to it.
+    assert admin.patch([operation], path)[0] == 200
+
+
 def test_quantities_are_stored_canonically_and_validated(node_client: Client) -> None:
     assert node_client.patch(add("1000"))[1]["status"]["capacity"][DONGLE] == "1k"
     assert node_client.patch(add(4))[1]["status"]["capacity"][DONGLE] == "4"  # type: ignore[arg-type]
@@ -562,6 +629,15 @@ def test_add_and_delete_node(apiserver: ApiServerStandin, admin: Client) -> None
     assert status == 200
     assert node["metadata"]["uid"] != uid
     assert node["status"]["capacity"] == node["status"]["allocatable"] == {"cpu": "2", DONGLE: "1"}
+
+
+def test_fail_requests(apiserver: ApiServerStandin, node_client: Client) -> None:
+    apiserver.fail_requests("PATCH", STATUS)
+    body = assert_status(node_client.patch(add("4")), 500, "InternalError")
+    assert "etcdserver" in body["message"]
+    assert node_client.get()[0] == 200  # other methods and paths are answered
+    apiserver.stop_failing()
+    assert node_client.patch(add("4"))[0] == 200
 
 
 def test_port_is_known_before_the_first_start(ca: CertificateAuthority, tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def test_version_and_help_need_no_library(bare_path: str, args: list[str]) -> No
 def test_check_needs_no_library(bare_path: str, configs: dict[str, Path], tmp_path: Path) -> None:
     valid = bare(["check", "--config", str(configs["valid"])], bare_path)
     assert (valid.returncode, valid.stderr) == (0, ""), valid
-    assert "example.com/token: 2 token(s)" in valid.stdout
+    assert "example.com/token: device plugin: 2 token(s)" in valid.stdout
     # As ExecStartPre=, with $NOTIFY_SOCKET set: without sdnotify there is no STATUS=, the
     # reason is still given.
     notify = str(tmp_path / "notify.sock")

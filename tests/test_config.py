@@ -18,6 +18,7 @@ from token_resource.config import (
     ConfigError,
     KubernetesSettings,
     ResourceSpec,
+    Validation,
     _find_line,
     config_files,
     default_env_name,
@@ -25,6 +26,7 @@ from token_resource.config import (
     dropin_dir,
     load_config,
     parse_config,
+    validate_config,
 )
 
 MAIN = Path("/etc/token-resource.toml")
@@ -549,6 +551,28 @@ def test_config_files_lists_dropins_in_lexical_order(tmp_path: Path) -> None:
     assert config_files(main) == [main, earlier, later, broken]
 
 
+def test_validate_config_finds_every_error_and_load_config_raises_the_first(
+    tmp_path: Path,
+) -> None:
+    main = write(tmp_path / "agent.toml", '[resources]\n"a.com/x" = -1\n"a.com/y" = true\n')
+    (tmp_path / "agent.d").mkdir()
+    unreadable = tmp_path / "agent.d" / "10-gone.toml"
+    unreadable.symlink_to(tmp_path / "nowhere")
+    validation = validate_config(main)
+    assert validation.config is None
+    assert [(error.file, error.key) for error in validation.errors] == [
+        (unreadable, None),  # reading comes first, as it did when the first error stopped all
+        (main, 'resources."a.com/x"'),
+        (main, 'resources."a.com/y"'),
+    ]
+    with pytest.raises(ConfigError) as first:
+        load_config(main)
+    assert str(first.value) == str(validation.errors[0])
+    unreadable.unlink()
+    write(main, '[resources]\n"a.com/x" = 1\n')
+    assert validate_config(main) == Validation(load_config(main), ())
+
+
 def test_load_config_reads_main_then_dropins(tmp_path: Path) -> None:
     main = write(tmp_path / "agent.toml", '[resources]\n"a.com/x" = 1\n"b.com/x" = 1\n')
     dropin_file = write(tmp_path / "agent.d" / "50.toml", '[resources]\n"b.com/x" = 4\n')
@@ -685,6 +709,21 @@ def test_node_status_resources_and_kubernetes_settings() -> None:
     assert config.resources["example.com/token"].advertise == DEVICE_PLUGIN
     assert list(config.advertised_by(NODE_STATUS).resources) == ["example.com/dongle"]
     assert list(config.advertised_by(DEVICE_PLUGIN).resources) == ["example.com/token"]
+
+
+@pytest.mark.parametrize(
+    ("main", "dropin_text", "uses"),
+    [
+        ('[resources]\n"example.com/token" = 2\n', "", False),
+        ('[resources."example.com/d"]\ncount = 1\nadvertise = "node-status"\n', "", True),
+        # No node-status resource left, but a [kubernetes] table, even an empty one in a
+        # drop-in: the agent still looks for the resources its Node lists as its own.
+        ("[resources]\n", "[kubernetes]\n", True),
+    ],
+    ids=["device-plugins-only", "node-status", "kubernetes-table"],
+)
+def test_when_the_agent_uses_the_api_server(main: str, dropin_text: str, uses: bool) -> None:
+    assert parse(main, dropin_text).uses_api_server is uses
 
 
 def test_kubernetes_defaults() -> None:

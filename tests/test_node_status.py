@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,13 @@ from tests.standin.apiserver import ApiServerStandin, ApiServerView, Certificate
 from tests.standin.kubelet import KubeletStandin
 from token_resource import kube
 from token_resource.config import KubernetesSettings
+from token_resource.nodestatus import sync_node
 
 NODE = "node-a"
 DONGLE = "example.com/dongle"
+SEAT = "acme/seat"
+OTHER_TOOLS = "other.example/gpu"  # an extended resource the agent never listed
+OWNED = kube.OWNED_ANNOTATION
 
 
 @pytest.fixture
@@ -66,6 +71,19 @@ def dongle_is(value: str | None) -> Callable[[ApiServerView], bool]:
     return holds(NODE, example_com__dongle=value)
 
 
+def owned(view: ApiServerView, node: str = NODE) -> str | None:
+    """The agent's annotation on the Node: the names it lists, or None."""
+    return view.annotations(node).get(OWNED)
+
+
+def status_patches(view: ApiServerView) -> list[Any]:
+    return [patch.json() for patch in view.patches(NODE) if patch.path.endswith("/status")]
+
+
+def seat_table(count: int = 2) -> str:
+    return f'[resources."{SEAT}"]\ncount = {count}\nadvertise = "node-status"\n'
+
+
 def test_the_whole_life_of_a_node_status_resource(
     agent: AgentProcess, kubelet: KubeletStandin, apiserver: ApiServerStandin, kubeconfig: Path
 ) -> None:
@@ -76,10 +94,20 @@ def test_the_whole_life_of_a_node_status_resource(
     agent.notify.wait_for(
         lambda lines: any(f"node status of {NODE}: accepted" in line for line in lines)
     )
-    patch = apiserver.snapshot().patches(NODE)[0]
-    assert patch.content_type == "application/json-patch+json"
-    assert patch.json() == [
-        {"op": "add", "path": "/status/capacity/example.com~1dongle", "value": "4"}
+    view = apiserver.snapshot()
+    # The name is listed on the Node first, then its capacity added.
+    assert [patch.path for patch in view.patches(NODE)] == [
+        f"/api/v1/nodes/{NODE}",
+        f"/api/v1/nodes/{NODE}/status",
+    ]
+    assert all(patch.content_type == "application/json-patch+json" for patch in view.patches())
+    assert view.patches(NODE)[0].json()[-1] == {
+        "op": "add",
+        "path": "/metadata/annotations",
+        "value": {OWNED: DONGLE},
+    }
+    assert status_patches(view) == [
+        [{"op": "add", "path": "/status/capacity/example.com~1dongle", "value": "4"}]
     ]
 
     agent.write_config(kubernetes_table(kubeconfig) + resources(dongle=1000))
@@ -94,13 +122,13 @@ def test_the_whole_life_of_a_node_status_resource(
     assert len(apiserver.snapshot().patches(NODE)) == patches
 
     agent.write_config(kubernetes_table(kubeconfig) + resources(token=3, dongle=None))
-    apiserver.wait_for(lambda view: DONGLE not in view.capacity(NODE))
-    assert apiserver.snapshot().patches(NODE)[-1].json() == [
+    view = apiserver.wait_for(lambda view: DONGLE not in view.capacity(NODE) and not owned(view))
+    assert status_patches(view)[-1] == [
         {"op": "remove", "path": "/status/capacity/example.com~1dongle"}
     ]
-    view = kubelet.wait_for(lambda view: view.counts() == {"example.com/token": 3})
+    kubelet_view = kubelet.wait_for(lambda view: view.counts() == {"example.com/token": 3})
     # Device-plugin resources were never disturbed by any of this.
-    assert view.resources["example.com/token"].registrations == 1
+    assert kubelet_view.resources["example.com/token"].registrations == 1
 
 
 def test_stopping_the_agent_leaves_the_capacity(
@@ -112,6 +140,108 @@ def test_stopping_the_agent_leaves_the_capacity(
     assert agent.stop() == 0
     assert apiserver.snapshot().capacity(NODE)[DONGLE] == "4"
     assert apiserver.snapshot().patches(NODE)[-1].json()[0]["op"] == "add"
+
+
+def test_a_resource_removed_while_the_agent_was_stopped_goes_at_its_next_start(
+    agent: AgentProcess, apiserver: ApiServerStandin, kubeconfig: Path
+) -> None:
+    agent.write_config(kubernetes_table(kubeconfig) + resources(dongle=4) + seat_table())
+    agent.start()
+    apiserver.wait_for(lambda view: owned(view) == f"{SEAT},{DONGLE}")
+    apiserver.wait_for(holds(NODE, example_com__dongle="4", acme__seat="2"))
+    apiserver.set_capacity(NODE, OTHER_TOOLS, "1")
+    assert agent.stop() == 0
+
+    agent.write_config(kubernetes_table(kubeconfig) + resources(dongle=None) + seat_table())
+    agent.start()
+    view = apiserver.wait_for(lambda view: DONGLE not in view.capacity(NODE))
+    view = apiserver.wait_for(lambda view: owned(view) == SEAT)
+    assert view.extended(NODE) == {SEAT: "2", OTHER_TOOLS: "1"}
+    assert agent.stop() == 0
+
+    # The last node-status resource gone while stopped: the [kubernetes] table is enough
+    # for the agent to look.
+    agent.write_config(kubernetes_table(kubeconfig) + resources(dongle=None))
+    agent.start()
+    view = apiserver.wait_for(lambda view: SEAT not in view.capacity(NODE) and not owned(view))
+    assert OWNED not in view.annotations(NODE)
+    assert view.extended(NODE) == view.extended(NODE, "allocatable") == {OTHER_TOOLS: "1"}
+    # Nothing left to advertise, and done: the status line no longer mentions the Node.
+    agent.notify.wait_for(lambda lines: "node status" not in lines[-1])
+
+
+def test_a_crash_between_the_two_writes_leaves_nothing_untracked(
+    apiserver: ApiServerStandin, kubeconfig: Path
+) -> None:
+    """The annotation (metadata) and the capacity (status) take two requests: a sync that
+    dies after the first leaves at most a listed name without capacity, never the reverse."""
+    settings = KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE)
+    metadata, status = f"/api/v1/nodes/{NODE}", f"/api/v1/nodes/{NODE}/status"
+    apiserver.set_capacity(NODE, OTHER_TOOLS, "1")
+
+    apiserver.fail_requests("PATCH", status)
+    with pytest.raises(kube.KubeError, match="500"):
+        sync_node(settings, {DONGLE: 4})
+    view = apiserver.snapshot()
+    assert (owned(view), view.extended(NODE)) == (DONGLE, {OTHER_TOOLS: "1"})
+    apiserver.stop_failing()
+    # Taken out of the configuration meanwhile: only the name has to go.
+    patches = len(view.patches(NODE))
+    sync_node(settings, {})
+    view = apiserver.snapshot()
+    assert (owned(view), view.extended(NODE)) == (None, {OTHER_TOOLS: "1"})
+    assert [patch.path for patch in view.patches(NODE)[patches:]] == [metadata]
+
+    sync_node(settings, {DONGLE: 4})
+    apiserver.fail_requests("PATCH", metadata)
+    with pytest.raises(kube.KubeError, match="500"):
+        sync_node(settings, {})
+    view = apiserver.snapshot()
+    assert (owned(view), view.extended(NODE)) == (DONGLE, {OTHER_TOOLS: "1"})
+    apiserver.stop_failing()
+    sync_node(settings, {})
+    view = apiserver.snapshot()
+    assert (owned(view), view.extended(NODE)) == (None, {OTHER_TOOLS: "1"})
+
+
+def test_the_annotation_changes_only_as_it_was_read(
+    apiserver: ApiServerStandin, kubeconfig: Path
+) -> None:
+    """Two writers of the list: the one that read an older Node is refused, not obeyed."""
+    client = kube.NodeClient(kube.load_credentials(KubernetesSettings(kubeconfig=kubeconfig)))
+    absent = kube.Ownership.of(client.get_node(NODE))
+    assert absent.names == frozenset()
+    assert absent.value is None
+    client.list_as_owned(NODE, absent, frozenset({DONGLE}))
+    # Its resourceVersion is stale now.
+    with pytest.raises(kube.KubeError, match=f"{OWNED} changed after it was read"):
+        client.list_as_owned(NODE, absent, frozenset({SEAT}))
+    listed = kube.Ownership.of(client.get_node(NODE))
+    assert listed.names == {DONGLE}
+    client.list_as_owned(NODE, listed, frozenset({DONGLE, SEAT}))
+    # The value it tests is stale now.
+    with pytest.raises(kube.KubeError, match=r"another writer\?\): 422"):
+        client.list_as_owned(NODE, listed, frozenset())
+    assert owned(apiserver.snapshot()) == f"{SEAT},{DONGLE}"
+    # Any other refusal is passed on as it is.
+    with pytest.raises(kube.ApiError) as refused:
+        client.list_as_owned("node-b", listed, frozenset())
+    assert refused.value.status == 403
+
+
+@pytest.mark.parametrize(
+    ("value", "names"),
+    [
+        (f"{SEAT},{DONGLE}", {SEAT, DONGLE}),
+        (f" {DONGLE} ,,", {DONGLE}),
+        # Never a native resource, whatever is written there.
+        (f"cpu,memory,kubernetes.io/x,{DONGLE}", {DONGLE}),
+        ("", set()),
+    ],
+)
+def test_only_extended_resources_are_read_from_the_annotation(value: str, names: set[str]) -> None:
+    node = {"metadata": {"annotations": {OWNED: value}, "resourceVersion": "7"}}
+    assert kube.Ownership.of(node).names == names
 
 
 def test_api_server_down_at_start_then_up(
@@ -191,14 +321,22 @@ def test_node_status_command(apiserver: ApiServerStandin, kubeconfig: Path, tmp_
         {"op": "add", "path": "/status/capacity/example.com~1dongle", "value": "4"},
         {"op": "add", "path": "/status/capacity/acme~1seat", "value": "2"},
     ]
+    # As if the agent advertised the dongle: it lists it on the Node.
+    sync_node(KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE), {DONGLE: 4})
     show = node_status_command(config, "show")
     assert show.stdout.splitlines() == [
         f"node {NODE}: 2 extended resource(s)",
         "  acme/seat: capacity 2, allocatable 2",
-        f"  {DONGLE}: capacity 4, allocatable 4",
+        f"  {DONGLE}: capacity 4, allocatable 4, the agent's ({OWNED})",
     ]
     assert node_status_command(config, "remove", "acme/seat").returncode == 0
-    apiserver.wait_for(lambda view: "acme/seat" not in view.capacity(NODE))
+    view = apiserver.wait_for(lambda view: "acme/seat" not in view.capacity(NODE))
+    assert owned(view) == DONGLE
+    removed = node_status_command(config, "remove", DONGLE)
+    assert removed.stdout.splitlines() == [f"node {NODE}: 0 extended resource(s)"]
+    view = apiserver.snapshot()
+    assert (owned(view), view.extended(NODE)) == (None, {})
+    assert view.patches(NODE)[-2].path.endswith("/status")  # the capacity went first
 
     missing = node_status_command(config, "remove", "acme/seat")
     assert missing.returncode == 1

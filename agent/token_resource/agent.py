@@ -60,7 +60,7 @@ class Agent:
         self._notifier = notifier
         self._control = ControlServer(control_socket, self._on_control)
         self._reconciler = Reconciler(config.agent.device_plugin_dir, self._publish_status)
-        # Only built once a node-status resource is configured: no API access otherwise.
+        # Only built once the config uses the API server (Config.uses_api_server).
         self._advertiser: NodeStatusAdvertiser | None = None
         self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
         self._stop = asyncio.Event()
@@ -132,7 +132,7 @@ class Agent:
         node_status = {
             name: spec.count for name, spec in config.advertised_by(NODE_STATUS).resources.items()
         }
-        if node_status and self._advertiser is None:
+        if config.uses_api_server and self._advertiser is None:
             self._advertiser = NodeStatusAdvertiser(config.kubernetes, self._publish_status)
         if self._advertiser is not None:
             self._advertiser.apply(config.kubernetes, node_status)
@@ -252,7 +252,8 @@ class Agent:
         if node_status is not None and (node_status.desired or node_status.state != "accepted"):
             listed = ", ".join(f"{name}={count}" for name, count in node_status.desired.items())
             text += f"; node status of {node_status.node}: {node_status.state}"
-            text += f" ({node_status.reason})" if node_status.reason else f" ({listed})"
+            detail = node_status.reason or listed
+            text += f" ({detail})" if detail else ""
         if self._last_error:
             text += f"; last reload rejected: {self._last_error[:_STATUS_ERROR_CHARS]}"
         return text

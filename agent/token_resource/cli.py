@@ -21,15 +21,27 @@ from typing import NoReturn
 from token_resource import __version__, logs
 from token_resource.config import (
     DEFAULT_CONFIG_PATH,
+    DEVICE_PLUGIN,
     MAX_COUNT,
     Config,
     ConfigError,
     KubernetesSettings,
+    ResourceSpec,
     load_config,
     resource_name_problem,
+    validate_config,
 )
 from token_resource.control import ControlError, default_control_socket, request
-from token_resource.kube import KubeError, NodeClient, capacity_path, load_credentials, node_name
+from token_resource.kube import (
+    OWNED_ANNOTATION,
+    SERVICE_ACCOUNT_DIR,
+    KubeError,
+    NodeClient,
+    Ownership,
+    capacity_path,
+    load_credentials,
+    node_name,
+)
 from token_resource.sockets import SocketPathError, socket_name
 
 EXIT_OK = 0
@@ -140,12 +152,21 @@ def _assignment(text: str) -> tuple[str, int]:
 def _load(path: Path) -> Config:
     """The validated configuration, including that every socket path fits; or ConfigError."""
     config = load_config(path)
-    for name in config.resources:
+    errors = _socket_errors(config, path)
+    if errors:
+        raise errors[0]
+    return config
+
+
+def _socket_errors(config: Config, path: Path) -> list[ConfigError]:
+    """A device-plugin resource whose socket path would be too long, each."""
+    errors = []
+    for name in config.advertised_by(DEVICE_PLUGIN).resources:
         try:
             socket_name(name, config.agent.device_plugin_dir)
         except SocketPathError as error:
-            raise ConfigError(str(error), file=path, key="agent.device_plugin_dir") from None
-    return config
+            errors.append(ConfigError(str(error), file=path, key="agent.device_plugin_dir"))
+    return errors
 
 
 def _complain(error: ConfigError) -> int:
@@ -221,27 +242,63 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    try:
-        config = _load(args.config)
-    except ConfigError as error:
+    validation = validate_config(args.config)
+    config = validation.config
+    errors = list(validation.errors) if config is None else _socket_errors(config, args.config)
+    if config is None or errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         # As systemd's ExecStartPre, leave the reason where `systemctl status` shows it.
-        _notify_status(f"invalid configuration: {error}")
-        return _complain(error)
+        _notify_status(f"invalid configuration: {errors[0]}{more}")
+        for error in errors:
+            logs.print_error(f"token-resource: invalid configuration: {error}")
+        return EXIT_FAILED
     files = ", ".join(str(path) for path in config.files)
     print(f"{args.config}: valid ({files})")
     print(f"device-plugin directory: {config.agent.device_plugin_dir}")
+    if config.uses_api_server:
+        print(f"node status: {_api_access(config.kubernetes)}")
     if not config.resources:
         print("no resources configured")
     for spec in config.resources.values():
-        endpoint = socket_name(spec.name, config.agent.device_plugin_dir)
-        print(f"  {spec.name}: {spec.count} token(s) in ${spec.env}, socket {endpoint}")
-        for key, value in (("count", spec.count), ("env", spec.env), ("advertise", spec.advertise)):
+        print(f"  {spec.name}: {_becomes(spec, config)}")
+        keys = (
+            ("count", "env", "advertise")
+            if spec.advertise == DEVICE_PLUGIN
+            else ("count", "advertise")
+        )
+        for key in keys:
             origin = spec.origin(key)
-            shown = json.dumps(value)  # TOML spelling, for an int or a string
+            shown = json.dumps(getattr(spec, key))  # TOML spelling, for an int or a string
             print(f"    {key} = {shown}  ({origin if origin is not None else 'default'})")
     for name, path in config.removed.items():
         print(f"  {name}: removed by {path}")
     return EXIT_OK
+
+
+def _becomes(spec: ResourceSpec, config: Config) -> str:
+    """What the resource really is, for the node: a device plugin or a Node status entry."""
+    if spec.advertise == DEVICE_PLUGIN:
+        endpoint = socket_name(spec.name, config.agent.device_plugin_dir)
+        return f"device plugin: {spec.count} token(s) on socket {endpoint}, IDs in ${spec.env}"
+    node = node_name(config.kubernetes)
+    return f"node status: capacity {spec.count} on Node {node} (no socket, no environment variable)"
+
+
+def _api_access(settings: KubernetesSettings) -> str:
+    """Which Node the agent writes, with which credentials, and whether it can read them."""
+    node = node_name(settings)
+    named = "from node_name" if settings.node_name else "the host name"
+    if settings.in_cluster:
+        credentials, path = "in-cluster service account token", SERVICE_ACCOUNT_DIR / "token"
+    else:
+        credentials, path = "kubeconfig", settings.kubeconfig
+    try:
+        with path.open("rb"):
+            readable = "readable"
+    except OSError as error:
+        # Not a configuration error: the agent retries until it can read them.
+        readable = f"not readable: {error.strerror or error}; the agent retries until it is"
+    return f"Node {node} ({named}), {credentials} {path} ({readable})"
 
 
 def _notify_status(status: str) -> None:
@@ -282,16 +339,24 @@ def _node_status(args: argparse.Namespace) -> int:
         client = NodeClient(load_credentials(settings))
         if operations:
             client.patch_node_status(node, operations)
-        status = client.get_node(node).get("status", {})
+        current = client.get_node(node)
+        ownership = Ownership.of(current)
+        if args.action == "remove" and ownership.names & set(args.names):
+            # After the capacity, as the agent does: a name is never unlisted while it counts.
+            current = client.list_as_owned(node, ownership, ownership.names - set(args.names))
+            ownership = Ownership.of(current)
     except KubeError as error:
         logs.print_error(f"token-resource node-status: node {node}: {error}")
         return EXIT_FAILED
+    status = current.get("status", {})
     capacity, allocatable = status.get("capacity", {}), status.get("allocatable", {})
-    extended = sorted(name for name in {**capacity, **allocatable} if _is_extended(name))
+    listed = {**capacity, **allocatable, **dict.fromkeys(ownership.names)}
+    extended = sorted(name for name in listed if _is_extended(name))
     print(f"node {node}: {len(extended)} extended resource(s)")
     for name in extended:
         counts = f"capacity {capacity.get(name, '-')}, allocatable {allocatable.get(name, '-')}"
-        print(f"  {name}: {counts}")
+        owner = f", the agent's ({OWNED_ANNOTATION})" if name in ownership.names else ""
+        print(f"  {name}: {counts}{owner}")
     return EXIT_OK
 
 

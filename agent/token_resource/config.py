@@ -163,12 +163,22 @@ class Config:
     kubernetes: KubernetesSettings = KubernetesSettings()
     # Resources an earlier file defined and a later one took away with `remove = true`.
     removed: Mapping[str, Path] = field(default_factory=dict)
+    # Whether any file has a [kubernetes] table (even an empty one).
+    kubernetes_table: bool = False
 
     def __post_init__(self) -> None:
         # Immutable and in a stable order however it was built, so that holders of a Config can
         # share it and log or serve its resources deterministically.
         ordered = {name: self.resources[name] for name in sorted(self.resources)}
         object.__setattr__(self, "resources", MappingProxyType(ordered))
+
+    @property
+    def uses_api_server(self) -> bool:
+        """Whether the agent talks to the API server: for a node-status resource, or, given a
+        [kubernetes] table, to remove the node-status resources its Node still lists after the
+        last of them left the files while the agent was stopped."""
+        modes = {spec.advertise for spec in self.resources.values()}
+        return self.kubernetes_table or NODE_STATUS in modes
 
     def advertised_by(self, mode: str) -> Config:
         """The same configuration with only the resources advertised ``mode``'s way."""
@@ -214,9 +224,43 @@ def config_files(main: Path) -> list[Path]:
     return [main, *dropins]
 
 
+@dataclass(frozen=True)
+class Validation:
+    """The files' configuration, or every error found in them (then ``config`` is None)."""
+
+    config: Config | None
+    errors: tuple[ConfigError, ...]
+
+    def result(self) -> Config:
+        """The configuration; else the first error is raised (the agent needs one answer)."""
+        if self.config is None:
+            raise self.errors[0]
+        return self.config
+
+
 def load_config(main: Path) -> Config:
     """Read and parse the main file and its drop-ins; every failure is a ConfigError."""
-    return parse_config([(path, _read_text(path)) for path in config_files(main)])
+    return validate_config(main).result()
+
+
+def validate_config(main: Path) -> Validation:
+    """Every error in the files that one run can find, for `check`: each file is read and
+    parsed on its own (with each bad section or resource reported); what only the files
+    together can get wrong (a count no file sets, two resources with one env) is checked
+    once every file parsed, as it would otherwise report the fallout of the other errors."""
+    errors: list[ConfigError] = []
+    try:
+        paths = config_files(main)
+    except ConfigError as error:
+        errors.append(error)
+        paths = [main]
+    documents: list[tuple[Path, str]] = []
+    for path in paths:
+        try:
+            documents.append((path, _read_text(path)))
+        except ConfigError as error:
+            errors.append(error)
+    return _validate(main, documents, errors)
 
 
 def load_reload(main: Path, running: AgentSettings) -> Config:
@@ -238,20 +282,25 @@ def load_reload(main: Path, running: AgentSettings) -> Config:
 
 def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
     """Build a Config from (path, text) pairs: the main file first, then its drop-ins."""
+    return _validate(documents[0][0], documents, []).result()
+
+
+def _validate(
+    main: Path, documents: Sequence[tuple[Path, str]], errors: list[ConfigError]
+) -> Validation:
+    """The Config the documents make, after ``errors`` (those found reading the files)."""
+    parsed = _parse_documents(main, documents, errors)
+    if errors:
+        return Validation(None, tuple(errors))
     agent: dict[str, Any] = {}
     kubernetes: dict[str, Any] = {}
     # Per resource, each key a file set: (value, that file); and the last file to mention it.
     settings: dict[str, dict[str, tuple[Any, Path]]] = {}
     sources: dict[str, Path] = {}
     removed: dict[str, Path] = {}
-    for index, (path, text) in enumerate(documents):
-        document = _parse_document(path, text)
-        if index == 0 and not document.defined:
-            raise ConfigError(
-                "the main file defines nothing (empty, or only comments): an incomplete write? "
-                "To serve no resources, write an empty [resources] table",
-                file=path,
-            )
+    kubernetes_table = False
+    for path, document in parsed:
+        kubernetes_table |= document.kubernetes_table
         agent.update(document.agent)
         kubernetes.update(document.kubernetes)
         for name, keys in document.resources.items():
@@ -266,19 +315,49 @@ def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
                 )
                 sources[name] = path
     texts = dict(documents)
-    resources = {
-        name: _build_resource(name, keys, sources[name], texts) for name, keys in settings.items()
-    }
-    _check_unique_env(resources, texts)
+    resources: dict[str, ResourceSpec] = {}
+    for name, keys in settings.items():
+        try:
+            resources[name] = _build_resource(name, keys, sources[name], texts)
+        except ConfigError as error:
+            errors.append(error)
+    errors.extend(_env_collisions(resources, texts))
     if kubernetes.get("in_cluster") and "kubeconfig" in kubernetes:
-        raise ConfigError("set either kubeconfig or in_cluster = true, not both", key="kubernetes")
-    return Config(
+        errors.append(
+            ConfigError("set either kubeconfig or in_cluster = true, not both", key="kubernetes")
+        )
+    if errors:
+        return Validation(None, tuple(errors))
+    config = Config(
         agent=AgentSettings(**agent),
         resources=resources,
         files=tuple(path for path, _ in documents),
         kubernetes=KubernetesSettings(**kubernetes),
         removed=removed,
+        kubernetes_table=kubernetes_table,
     )
+    return Validation(config, ())
+
+
+def _parse_documents(
+    main: Path, documents: Sequence[tuple[Path, str]], errors: list[ConfigError]
+) -> list[tuple[Path, _Document]]:
+    """Each document parsed on its own; their errors go to ``errors``."""
+    parsed: list[tuple[Path, _Document]] = []
+    for path, text in documents:
+        document = _parse_document(path, text, errors)
+        if document is None:
+            continue
+        if path == main and not document.defined:
+            errors.append(
+                ConfigError(
+                    "the main file defines nothing (empty, or only comments): an incomplete "
+                    "write? To serve no resources, write an empty [resources] table",
+                    file=path,
+                )
+            )
+        parsed.append((path, document))
+    return parsed
 
 
 def diff_configs(old: Config, new: Config) -> ConfigDiff:
@@ -368,20 +447,46 @@ class _Document:
     # The keys each resource's definition sets, or None for `remove = true`.
     resources: Mapping[str, Mapping[str, Any] | None]
     defined: bool  # whether the document has any table or key at all
+    kubernetes_table: bool
 
 
-def _parse_document(path: Path, text: str) -> _Document:
-    table = _parse_toml(path, text)
+def _parse_document(path: Path, text: str, errors: list[ConfigError]) -> _Document | None:
+    """One file's settings, each valid on its own; what is not goes to ``errors`` (a section
+    or resource at a time), and None if it is not TOML at all."""
+    try:
+        table = _parse_toml(path, text)
+    except ConfigError as error:
+        errors.append(error)
+        return None
+    problems: list[_Invalid] = []
     try:
         _check_keys(table, TOP_LEVEL_KEYS, ())
-        return _Document(
-            agent=_parse_agent(_section(table, "agent")),
-            kubernetes=_parse_kubernetes(_section(table, "kubernetes")),
-            resources=_parse_resources(_section(table, "resources")),
-            defined=bool(table),
-        )
     except _Invalid as error:
-        raise _located(error, path, text) from None
+        problems.append(error)
+    sections: dict[str, Mapping[str, Any]] = {}
+    for name, parse in (("agent", _parse_agent), ("kubernetes", _parse_kubernetes)):
+        try:
+            sections[name] = parse(_section(table, name))
+        except _Invalid as error:
+            problems.append(error)
+            sections[name] = {}
+    resources: dict[str, Mapping[str, Any] | None] = {}
+    try:
+        for name, value in _section(table, "resources").items():
+            try:
+                resources[name] = _parse_resource(name, value)
+            except _Invalid as error:
+                problems.append(error)
+    except _Invalid as error:
+        problems.append(error)
+    errors.extend(_located(problem, path, text) for problem in problems)
+    return _Document(
+        agent=sections["agent"],
+        kubernetes=sections["kubernetes"],
+        resources=resources,
+        defined=bool(table),
+        kubernetes_table="kubernetes" in table,
+    )
 
 
 def _located(error: _Invalid, path: Path, text: str) -> ConfigError:
@@ -477,10 +582,6 @@ def _parse_absolute_path(value: object, key_path: tuple[str, ...]) -> Path:
     if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
         raise _Invalid(key_path, f"{key_path[-1]} must be an absolute path, got {_describe(value)}")
     return Path(value)
-
-
-def _parse_resources(table: Mapping[str, Any]) -> dict[str, Mapping[str, Any] | None]:
-    return {name: _parse_resource(name, value) for name, value in table.items()}
 
 
 def _parse_resource(name: str, value: object) -> Mapping[str, Any] | None:
@@ -594,8 +695,11 @@ def _name_part_problem(part: str) -> str | None:
     return None
 
 
-def _check_unique_env(resources: Mapping[str, ResourceSpec], texts: Mapping[Path, str]) -> None:
+def _env_collisions(
+    resources: Mapping[str, ResourceSpec], texts: Mapping[Path, str]
+) -> list[ConfigError]:
     # One container may request several resources; each needs its own variable.
+    errors: list[ConfigError] = []
     users: dict[str, ResourceSpec] = {}
     for name in sorted(resources):
         spec = resources[name]
@@ -605,14 +709,17 @@ def _check_unique_env(resources: Mapping[str, ResourceSpec], texts: Mapping[Path
         if other is not spec:
             key_path = ("resources", name)
             file = spec.origin("env") or spec.source
-            raise ConfigError(
-                f"env {_quote(spec.env)} is also the env of resource {_quote(other.name)}"
-                f" (defined in {other.origin('env') or other.source}); set a different env for"
-                " one of them",
-                file=file,
-                key=_format_key(key_path),
-                line=_find_line(texts[file], key_path),
+            errors.append(
+                ConfigError(
+                    f"env {_quote(spec.env)} is also the env of resource {_quote(other.name)}"
+                    f" (defined in {other.origin('env') or other.source}); set a different env"
+                    " for one of them",
+                    file=file,
+                    key=_format_key(key_path),
+                    line=_find_line(texts[file], key_path),
+                )
             )
+    return errors
 
 
 # Messages

@@ -23,11 +23,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from token_resource.config import KubernetesSettings
+from token_resource.config import KubernetesSettings, resource_name_problem
 
 REQUEST_TIMEOUT = 10.0
+UNPROCESSABLE = 422  # among others, a JSON patch whose "test" op failed
 JSON_PATCH = "application/json-patch+json"
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# The extended resources the agent put on its Node, as node-feature-discovery keeps its own in
+# nfd.node.kubernetes.io/extended-resources: comma-separated, sorted. An annotation because
+# NodeRestriction lets a node identity change its own Node's annotations freely (it restricts
+# only labels under kubernetes.io, k8s.io and node-restriction.kubernetes.io, and taints:
+# plugin/pkg/admission/noderestriction/admission.go, admitNode), so the kubelet's credentials
+# suffice.
+OWNED_ANNOTATION = "token-resource/extended-resources"
 
 
 class KubeError(Exception):
@@ -100,6 +108,65 @@ def capacity_path(name: str) -> str:
     return f"/status/capacity/{escape_json_pointer(name)}"
 
 
+_OWNED_PATH = f"/metadata/annotations/{escape_json_pointer(OWNED_ANNOTATION)}"
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """The agent's annotation on a Node as read: which extended resources are the agent's.
+
+    The annotation lives in the Node's metadata and the capacity in its status, two requests
+    apart, so the agent orders them to never lose track of a resource: a name is added to the
+    annotation before its capacity, and its capacity removed before the name. A crash between
+    the two leaves a listed name without capacity, which the next sync adds or forgets.
+    """
+
+    names: frozenset[str]
+    value: str | None  # the annotation as read; None if the Node has none
+    has_annotations: bool  # whether metadata.annotations exists at all
+    resource_version: str
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any]) -> Ownership:
+        metadata = node.get("metadata") or {}
+        annotations = metadata.get("annotations")
+        value = annotations.get(OWNED_ANNOTATION) if isinstance(annotations, dict) else None
+        listed = value.split(",") if isinstance(value, str) else []
+        # Only extended resource names: a hand-edited "cpu" here must never cost the Node its CPUs.
+        names = frozenset(
+            name for name in (n.strip() for n in listed) if resource_name_problem(name) is None
+        )
+        return cls(
+            names,
+            value if isinstance(value, str) else None,
+            isinstance(annotations, dict),
+            str(metadata.get("resourceVersion", "")),
+        )
+
+    def change_to(self, names: frozenset[str]) -> list[dict[str, Any]]:
+        """A JSON patch of the Node (not its status) that lists exactly ``names``, or [].
+
+        It applies only to the annotation as read (a "test" op; the resourceVersion where there
+        was none), so a concurrent writer's list is never overwritten unseen: the API server
+        refuses the patch and the next sync starts over from a fresh read.
+        """
+        value = ",".join(sorted(names))
+        if self.value is not None:
+            guard = {"op": "test", "path": _OWNED_PATH, "value": self.value}
+            if not names:
+                return [guard, {"op": "remove", "path": _OWNED_PATH}]
+            return [guard, {"op": "replace", "path": _OWNED_PATH, "value": value}]
+        if not names:
+            return []
+        guard = {"op": "test", "path": "/metadata/resourceVersion", "value": self.resource_version}
+        if self.has_annotations:
+            return [guard, {"op": "add", "path": _OWNED_PATH, "value": value}]
+        return [
+            guard,
+            {"op": "add", "path": "/metadata/annotations", "value": {OWNED_ANNOTATION: value}},
+        ]
+
+
 class NodeClient:
     def __init__(self, credentials: Credentials, timeout: float = REQUEST_TIMEOUT) -> None:
         self._credentials = credentials
@@ -108,16 +175,33 @@ class NodeClient:
     def get_node(self, name: str) -> dict[str, Any]:
         return self._request("GET", f"/api/v1/nodes/{quote(name, safe='')}")
 
+    def patch_node(self, name: str, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Apply an RFC 6902 JSON patch to the Node: metadata and spec (status is ignored)."""
+        return self._patch(f"/api/v1/nodes/{quote(name, safe='')}", operations)
+
+    def list_as_owned(
+        self, name: str, ownership: Ownership, names: frozenset[str]
+    ) -> dict[str, Any]:
+        """Make the Node's annotation list ``names``, if it is still as read; the Node now."""
+        try:
+            return self.patch_node(name, ownership.change_to(names))
+        except ApiError as error:
+            if error.status != UNPROCESSABLE:
+                raise
+            # The API server keeps its reason for a failed "test" op to itself.
+            raise KubeError(
+                f"{OWNED_ANNOTATION} changed after it was read (another writer?): {error}"
+            ) from None
+
     def patch_node_status(
         self, name: str, operations: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
         """Apply an RFC 6902 JSON patch to the Node's status subresource."""
-        return self._request(
-            "PATCH",
-            f"/api/v1/nodes/{quote(name, safe='')}/status",
-            body=json.dumps(list(operations)).encode(),
-            content_type=JSON_PATCH,
-        )
+        return self._patch(f"/api/v1/nodes/{quote(name, safe='')}/status", operations)
+
+    def _patch(self, path: str, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        body = json.dumps(list(operations)).encode()
+        return self._request("PATCH", path, body=body, content_type=JSON_PATCH)
 
     def _request(
         self, method: str, path: str, body: bytes | None = None, content_type: str | None = None

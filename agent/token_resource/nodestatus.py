@@ -1,11 +1,14 @@
 """Node-status resources: extended resources written into the Node's status, kept true.
 
 Each sync reads the Node and JSON-patches ``status.capacity`` wherever it differs from the
-configuration (the kubelet or a re-created Node object may have dropped the values), and
-removes resources taken out of the configuration. It runs after every config change and
-every ``resync_seconds``; an unreachable API server is retried with backoff, in its own task,
-so device-plugin resources never wait for it. Stopping the agent leaves the capacity in
-place: an upgrade or restart must not take tokens away from a node.
+configuration (the kubelet or a re-created Node object may have dropped the values). The
+Node's own annotation (kube.OWNED_ANNOTATION) lists the resources the agent put there, so a
+resource taken out of the configuration is removed even if that happened while the agent was
+stopped, and an extended resource the agent never listed (another tool's) is never touched.
+A sync runs at start, after every config change and every ``resync_seconds``; an
+unreachable API server is retried with backoff, in its own task, so device-plugin resources
+never wait for it. Stopping the agent leaves the capacity in place: an upgrade or restart
+must not take tokens away from a node.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from token_resource.config import KubernetesSettings
 from token_resource.kube import (
     KubeError,
     NodeClient,
+    Ownership,
     capacity_path,
     load_credentials,
     node_name,
@@ -42,32 +46,24 @@ class NodeStatusState:
     reason: str | None = None
 
 
-@dataclass(frozen=True)
-class _Round:
-    """What one sync works from: a snapshot, so the loop may change its own copies meanwhile."""
-
-    settings: KubernetesSettings
-    desired: Mapping[str, int]
-    removals: frozenset[str]
-
-
 class NodeStatusAdvertiser:
     def __init__(self, settings: KubernetesSettings, on_change: Callable[[], None]) -> None:
         self._settings = settings
         self._on_change = on_change
         self._desired: dict[str, int] = {}
-        self._removals: set[str] = set()
         self._state = PENDING
         self._reason: str | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def apply(self, settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
-        """Make the Node hold ``desired``; resources dropped from it are removed from the Node."""
-        if (settings, desired) == (self._settings, self._desired):
+        """Make the Node hold ``desired``, and remove the agent's other resources from it.
+
+        The first call syncs even with nothing desired: the Node may list resources taken
+        out of the configuration while the agent was stopped.
+        """
+        if self._task is not None and (settings, desired) == (self._settings, self._desired):
             return
-        self._removals |= self._desired.keys() - desired.keys()
-        self._removals -= desired.keys()
         self._settings, self._desired = settings, dict(desired)
         self._state, self._reason = PENDING, None
         if self._task is None:
@@ -90,19 +86,19 @@ class NodeStatusAdvertiser:
         delay = FIRST_RETRY_DELAY
         while True:
             self._wake.clear()
-            work = _Round(self._settings, dict(self._desired), frozenset(self._removals))
-            if work.desired or work.removals:
-                try:
-                    await asyncio.to_thread(_sync, work)
-                except KubeError as error:
-                    self._failed(str(error), delay)
-                    wait, delay = delay, min(delay * 2, MAX_RETRY_DELAY)
-                else:
-                    self._removals -= work.removals
-                    self._succeeded()
-                    wait, delay = work.settings.resync_seconds, FIRST_RETRY_DELAY
+            # A snapshot: apply() may change the advertiser's own copies meanwhile.
+            settings, desired = self._settings, dict(self._desired)
+            wait: float | None
+            try:
+                await asyncio.to_thread(sync_node, settings, desired)
+            except KubeError as error:
+                self._failed(str(error), delay)
+                wait, delay = delay, min(delay * 2, MAX_RETRY_DELAY)
             else:
-                wait = None
+                self._succeeded()
+                delay = FIRST_RETRY_DELAY
+                # With nothing desired, the Node lists nothing of the agent's any more.
+                wait = settings.resync_seconds if desired else None
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
 
@@ -118,20 +114,33 @@ class NodeStatusAdvertiser:
             self._on_change()
 
 
-def _sync(work: _Round) -> None:
-    """Read the Node, then patch what differs. Blocking: runs in a worker thread."""
-    node = node_name(work.settings)
-    client = NodeClient(load_credentials(work.settings))
-    capacity = client.get_node(node).get("status", {}).get("capacity", {})
+def sync_node(settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
+    """Read the Node, then patch what differs from ``desired``. Blocking (the agent runs it
+    in a worker thread); KubeError if the API server cannot be used or refuses.
+
+    Up to three writes, in the order that never leaves the agent's capacity unlisted (see
+    kube.Ownership): list the new names, patch the capacity, drop the names of what is gone.
+    """
+    node = node_name(settings)
+    client = NodeClient(load_credentials(settings))
+    current = client.get_node(node)
+    ownership = Ownership.of(current)
+    wanted = frozenset(desired)
+    if not wanted <= ownership.names:
+        current = client.list_as_owned(node, ownership, ownership.names | wanted)
+        ownership = Ownership.of(current)
+    capacity = current.get("status", {}).get("capacity", {})
     operations: list[dict[str, str]] = []
-    for name, count in sorted(work.desired.items()):
+    for name, count in sorted(desired.items()):
         if quantity_value(capacity.get(name)) != count:
             # "add" replaces an existing member (RFC 6902).
             operations.append({"op": "add", "path": capacity_path(name), "value": str(count)})
             log.info("node %s: %s %s → %d", node, name, capacity.get(name, "absent"), count)
-    for name in sorted(work.removals):
+    for name in sorted(ownership.names - wanted):
         if name in capacity:
             operations.append({"op": "remove", "path": capacity_path(name)})
-            log.info("node %s: %s removed", node, name)
+            log.info("node %s: %s removed (no longer configured)", node, name)
     if operations:
         client.patch_node_status(node, operations)
+    if ownership.names - wanted:
+        client.list_as_owned(node, ownership, wanted)

@@ -13,7 +13,13 @@ Node status, the way a real API server (1.32) answers them:
   ``metadata.resourceVersion`` is a precondition, as on the real server (409 if stale).
 - ``PATCH /api/v1/nodes/<name>`` (the main resource): only ``metadata.labels``,
   ``metadata.annotations`` and ``spec`` are kept; status changes are silently ignored there,
-  which is exactly the mistake of patching the wrong URL.
+  which is exactly the mistake of patching the wrong URL. A node identity patching its own
+  Node is held to the NodeRestriction admission plugin's rules for an update
+  (plugin/pkg/admission/noderestriction/admission.go, ``admitNode``): its annotations are
+  free, its taints may not change, and of its labels it may not add, change or remove one
+  under ``node-restriction.kubernetes.io/``, nor one under ``kubernetes.io`` or ``k8s.io``
+  (or a subdomain of either) unless the kubelet sets it (k8s.io/kubelet/pkg/apis,
+  ``IsKubeletLabel``): 403 with the plugin's words.
 - ``GET /version`` without credentials.
 
 Quantities are validated and stored in Kubernetes' canonical form, as the real server
@@ -46,6 +52,7 @@ change (a second ``resourceVersion``), so a PATCH response still shows the old a
 as a real one does; with ``kubelet_sync=False`` the test calls :meth:`ApiServerStandin.sync`.
 Test hooks: :meth:`~ApiServerStandin.reset_capacity` (the kubelet or a node re-creation
 dropping extended resources behind the agent's back), :meth:`~ApiServerStandin.set_capacity`,
+:meth:`~ApiServerStandin.fail_requests` (500 for one method and path),
 ``add_node``/``delete_node``, ``stop``/``start`` on the same port, the request log,
 :meth:`~ApiServerStandin.wait_for` and :meth:`~ApiServerStandin.write_kubeconfig`.
 
@@ -124,6 +131,25 @@ _BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T"}
 _DECIMAL_SUFFIXES.update({15: "P", 18: "E"})
 _DECIMAL_EXPONENTS = {suffix: exponent for exponent, suffix in _DECIMAL_SUFFIXES.items()}
+# What NodeRestriction lets a node set among the kubernetes.io and k8s.io labels of its Node:
+# the kubelet's own labels and those under its namespaces (k8s.io/kubelet/pkg/apis).
+_KUBELET_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    }
+)
+_KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+_NODE_RESTRICTION_NAMESPACE = "node-restriction.kubernetes.io"
 
 
 # --- certificates ------------------------------------------------------------------------------
@@ -387,6 +413,9 @@ class ApiServerView:
     requests: tuple[LoggedRequest, ...]
     tls_failures: tuple[str, ...]  # handshakes the server saw fail, oldest first
 
+    def annotations(self, node: str) -> dict[str, str]:
+        return dict(self.nodes[node]["metadata"].get("annotations") or {})
+
     def capacity(self, node: str) -> dict[str, str]:
         return dict(self.nodes[node]["status"].get("capacity") or {})
 
@@ -499,6 +528,46 @@ def _node_of(path: str) -> str | None:
     return unquote(match["name"]) if match else None
 
 
+def _node_identity(identity: _Identity) -> str | None:
+    """The node name of a node identity (user system:node:<name> in group system:nodes)."""
+    if identity.user.startswith(NODE_USER_PREFIX) and NODES_GROUP in identity.groups:
+        return identity.user[len(NODE_USER_PREFIX) :]
+    return None
+
+
+def _admit_own_node_update(
+    name: str, current: Mapping[str, Any], updated: Mapping[str, Any]
+) -> None:
+    """NodeRestriction's rules for a node updating its own Node (``admitNode``, Update)."""
+    if current["spec"].get("taints") != updated["spec"].get("taints"):
+        raise _forbidden(name, f'node "{name}" is not allowed to modify taints')
+    before = current["metadata"].get("labels") or {}
+    after = updated["metadata"].get("labels") or {}
+    modified = {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+    forbidden = sorted(key for key in modified if _is_forbidden_node_label(key))
+    if forbidden:
+        raise _forbidden(name, f"is not allowed to modify labels: {', '.join(forbidden)}")
+
+
+def _is_forbidden_node_label(key: str) -> bool:
+    namespace = key.partition("/")[0] if "/" in key else ""
+
+    def within(domain: str) -> bool:
+        return namespace == domain or namespace.endswith(f".{domain}")
+
+    if within(_NODE_RESTRICTION_NAMESPACE):
+        return True
+    kubelet_label = key in _KUBELET_LABELS or any(map(within, _KUBELET_LABEL_NAMESPACES))
+    return (within("kubernetes.io") or within("k8s.io")) and not kubelet_label
+
+
+def _forbidden(name: str, reason: str) -> _Fail:
+    """admission.NewForbidden's answer for a Node."""
+    return _fail(
+        403, "Forbidden", f'nodes "{name}" is forbidden: {reason}', {"name": name, "kind": "nodes"}
+    )
+
+
 def new_node(name: str, capacity: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A Node as a freshly registered kubelet leaves it (allocatable = capacity)."""
     capacity = dict(DEFAULT_CAPACITY if capacity is None else capacity)
@@ -560,6 +629,7 @@ class ApiServerStandin:
         self._tokens: dict[str, tuple[str, bool]] = {}
         self._requests: list[LoggedRequest] = []
         self._tls_failures: list[str] = []
+        self._failing: tuple[str, str] | None = None  # (method, path) answered with 500
         for name in nodes:
             self.add_node(name)
         for token, allowed in (tokens or {}).items():
@@ -668,6 +738,17 @@ class ApiServerStandin:
             self._changed(f"node {name}: capacity {resource} set to {value}")
             if self._kubelet_sync:
                 self._sync(name)
+
+    def fail_requests(self, method: str, path: str) -> None:
+        """Answer every authenticated ``method`` request for ``path`` with 500, as a server
+        whose etcd times out does, until :meth:`stop_failing`: the writes before it stand, as
+        when the client crashes right there."""
+        with self._cond:
+            self._failing = (method, path)
+
+    def stop_failing(self) -> None:
+        with self._cond:
+            self._failing = None
 
     def sync(self, name: str | None = None) -> None:
         """The kubelet's node-status sync for one node (every node if None)."""
@@ -813,6 +894,9 @@ class ApiServerStandin:
                     reply = _Reply(200, dict(VERSION_INFO))
                 else:
                     identity = self._authenticate(headers.get("authorization"), peer_cert)
+                    if self._failing == (method, url.path):
+                        message = "Internal error occurred: etcdserver: request timed out"
+                        raise _fail(500, "InternalError", message, {})
                     reply = self._route(method, url.path, content_type, body, identity)
             except _Fail as failure:
                 reply = failure.reply
@@ -867,8 +951,8 @@ class ApiServerStandin:
             f'nodes "{name}" is forbidden: User "{identity.user}" cannot {verb} resource '
             f'"{resource}" in API group "" at the cluster scope'
         )
-        if identity.user.startswith(NODE_USER_PREFIX) and NODES_GROUP in identity.groups:
-            own = identity.user[len(NODE_USER_PREFIX) :]
+        own = _node_identity(identity)
+        if own is not None:
             if own == name:
                 return
             if verb == "patch":  # NodeRestriction's words
@@ -922,6 +1006,8 @@ class ApiServerStandin:
             for key in ("labels", "annotations"):
                 _set_or_drop(updated["metadata"], key, _string_map(name, key, metadata.get(key)))
             updated["spec"] = patched.get("spec") if isinstance(patched.get("spec"), dict) else {}
+            if _node_identity(identity) == name:
+                _admit_own_node_update(name, current, updated)
         wanted_version = metadata.get("resourceVersion")
         if wanted_version not in (None, current["metadata"]["resourceVersion"]):
             raise _fail(
