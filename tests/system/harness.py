@@ -52,6 +52,9 @@ HOST_TOOLS = {
     "dpkg-buildpackage": "dpkg-dev",
     "dh": "debhelper",
     "lintian": "lintian",
+    # the container image: built by mmdebstrap, run by runc
+    "mmdebstrap": "mmdebstrap",
+    "runc": "runc",
 }
 
 CGROUP_HIERARCHIES = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/systemd"))
