@@ -1,0 +1,617 @@
+"""The Kubernetes manifests under deploy/kubernetes/: rendered, schema-checked, and what they say.
+
+Every kustomization is rendered here in Python by a small renderer of the kustomize features
+the manifests use (``resources``, ``namePrefix``/``nameSuffix`` with the ConfigMap references
+they rename, ``images``, ``configMapGenerator`` without name hashes, and ``patches`` whose
+strategic-merge patch holds only maps), so the tests need no kubectl. Where ``kubectl`` is on
+PATH its ``kubectl kustomize`` renders each one too, and both renderings must be the same
+objects: the renderer is checked against the real kustomize wherever that is at hand. A
+kustomization that uses anything else is refused by the renderer, not rendered approximately.
+
+Each rendered object is validated, strictly (no unknown fields), against the OpenAPI schemas
+of the oldest Kubernetes version the manifests support and the newest one kubernetes-validate
+ships. Then the objects are held to what the README and the manifests' comments promise.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from token_resource.config import DEFAULT_DEVICE_PLUGIN_DIR, Config, parse_config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy" / "kubernetes"
+BASE = "base"
+EXAMPLE = "overlays/example"
+POOLS = "overlays/node-pools"
+DEMO = "examples/token-demo"
+# Every kustomization a user is told to apply.
+KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, DEMO)
+
+# The oldest Kubernetes whose schemas the manifests must pass (DaemonSet maxSurge and seccomp
+# fields are long GA there), and the newest whose schemas kubernetes-validate ships.
+OLDEST_KUBERNETES = "1.27"
+NEWEST_KUBERNETES = ".".join(kubernetes_validate.latest_version().split(".")[:2])
+SCHEMA_VERSIONS = (OLDEST_KUBERNETES, NEWEST_KUBERNETES)
+
+CONFIG_DIR = "/etc/token-resource"
+CONFIG_FILE = f"{CONFIG_DIR}/token-resource.toml"
+CONTROL_DIR = "/run/token-resource"
+CONTROL_SOCKET = f"{CONTROL_DIR}/control.sock"
+POOL_LABEL = "example.com/token-pool"
+
+Object = dict[str, Any]
+
+
+# --- a renderer of the kustomize features the manifests use --------------------------------------
+
+
+class Unsupported(Exception):
+    """A kustomization uses something this renderer does not reproduce faithfully."""
+
+
+KUSTOMIZATION_KEYS = frozenset(
+    {
+        "apiVersion",
+        "kind",
+        "resources",
+        "namePrefix",
+        "nameSuffix",
+        "images",
+        "configMapGenerator",
+        "patches",
+    }
+)
+GENERATOR_KEYS = frozenset({"name", "namespace", "behavior", "files", "options"})
+GENERATOR_OPTION_KEYS = frozenset({"disableNameSuffixHash", "labels"})
+# kustomize renames everything but these (prefixsuffix transformer's skipped kinds).
+NOT_RENAMED = frozenset({"Namespace", "CustomResourceDefinition", "APIService"})
+POD_TEMPLATE_KINDS = frozenset(
+    {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "ReplicationController"}
+)
+
+
+def object_id(obj: Object) -> tuple[str, str, str]:
+    metadata = obj["metadata"]
+    return (obj["kind"], metadata.get("namespace", ""), metadata["name"])
+
+
+def kustomize(directory: Path) -> list[Object]:
+    """The objects `kubectl kustomize DIRECTORY` renders, in no particular order."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    unknown = set(kustomization) - KUSTOMIZATION_KEYS
+    if unknown:
+        raise Unsupported(f"{directory}: kustomization keys {sorted(unknown)}")
+    if kustomization.get("kind") != "Kustomization":
+        raise Unsupported(f"{directory}: kind {kustomization.get('kind')!r}")
+
+    objects: dict[tuple[str, str, str], Object] = {}
+
+    def add(obj: Object) -> None:
+        key = object_id(obj)
+        if key in objects:  # kustomize: "may not add resource with an already registered id"
+            raise ValueError(f"{directory}: {key} defined twice")
+        objects[key] = obj
+
+    for entry in kustomization.get("resources", []):
+        path = directory / entry
+        if path.is_dir():
+            for obj in kustomize(path):
+                add(obj)
+        else:
+            # kustomize's default load restrictor: files only from this directory down.
+            if not path.resolve().is_relative_to(directory.resolve()):
+                raise ValueError(f"{directory}: {entry} is outside the kustomization")
+            for obj in yaml.safe_load_all(path.read_text()):
+                if obj is not None:
+                    add(obj)
+
+    for generator in kustomization.get("configMapGenerator", []):
+        generate_config_map(directory, generator, objects)
+    for patch in kustomization.get("patches", []):
+        apply_patch(directory, patch, objects)
+    rename(kustomization.get("namePrefix", ""), kustomization.get("nameSuffix", ""), objects)
+    for image in kustomization.get("images", []):
+        set_image(image, objects.values())
+    return list(objects.values())
+
+
+def generate_config_map(
+    directory: Path, generator: dict[str, Any], objects: dict[tuple[str, str, str], Object]
+) -> None:
+    unknown = set(generator) - GENERATOR_KEYS
+    options = generator.get("options", {})
+    unknown |= set(options) - GENERATOR_OPTION_KEYS
+    if unknown:
+        raise Unsupported(f"{directory}: configMapGenerator keys {sorted(unknown)}")
+    if options.get("disableNameSuffixHash") is not True:
+        raise Unsupported(f"{directory}: a ConfigMap name with kustomize's content hash")
+    data = {}
+    for entry in generator["files"]:
+        if "=" in entry or PurePosixPath(entry).name != entry:
+            raise Unsupported(f"{directory}: configMapGenerator file {entry!r}")
+        data[entry] = (directory / entry).read_text()
+    metadata: dict[str, Any] = {"name": generator["name"]}
+    if "namespace" in generator:
+        metadata["namespace"] = generator["namespace"]
+    if "labels" in options:
+        metadata["labels"] = dict(options["labels"])
+    config_map: Object = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}
+    config_map["data"] = data
+    key = object_id(config_map)
+    behavior = generator.get("behavior", "create")
+    if behavior == "create":
+        if key in objects:
+            raise ValueError(f"{directory}: {key} exists; behavior create")
+    elif behavior == "replace":
+        if key not in objects:
+            raise ValueError(f"{directory}: no {key} to replace")
+        old_labels = objects[key]["metadata"].get("labels", {})
+        if old_labels or "labels" in metadata:
+            metadata["labels"] = {**old_labels, **metadata.get("labels", {})}
+    else:
+        raise Unsupported(f"{directory}: configMapGenerator behavior {behavior!r}")
+    objects[key] = config_map
+
+
+def apply_patch(
+    directory: Path, patch: dict[str, Any], objects: dict[tuple[str, str, str], Object]
+) -> None:
+    if set(patch) != {"target", "patch"} or set(patch["target"]) - {"kind", "name"}:
+        raise Unsupported(f"{directory}: patch {sorted(patch)} (target and inline patch only)")
+    target = patch["target"]
+    body = yaml.safe_load(patch["patch"])
+    # With a target, the patch's own name and namespace do not choose the object.
+    body.get("metadata", {}).pop("name", None)
+    body.get("metadata", {}).pop("namespace", None)
+    matched = [
+        obj
+        for obj in objects.values()
+        if obj["kind"] == target["kind"]
+        and target.get("name", obj["metadata"]["name"]) == obj["metadata"]["name"]
+    ]
+    if not matched:
+        raise ValueError(f"{directory}: patch target {target} matches nothing")
+    for obj in matched:
+        merge_maps(obj, body, f"{directory}: patch")
+
+
+def merge_maps(into: dict[str, Any], patch: dict[str, Any], where: str) -> None:
+    """A strategic-merge patch of maps: keys merged recursively, scalars replaced.
+
+    Lists have per-field merge strategies (merge keys, replace, $patch directives) in a
+    strategic-merge patch; they are refused rather than guessed.
+    """
+    for key, value in patch.items():
+        if isinstance(value, list) or key.startswith("$"):
+            raise Unsupported(f"{where}: {key!r} (only maps and scalars are patched)")
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict):
+            if not isinstance(into.get(key), dict):
+                into[key] = {}
+            merge_maps(into[key], value, where)
+        else:
+            into[key] = value
+
+
+def pod_spec(obj: Object) -> dict[str, Any] | None:
+    if obj["kind"] in POD_TEMPLATE_KINDS:
+        spec: dict[str, Any] = obj["spec"]["template"]["spec"]
+        return spec
+    if obj["kind"] == "Pod":
+        return dict(obj["spec"])
+    return None
+
+
+def rename(prefix: str, suffix: str, objects: dict[tuple[str, str, str], Object]) -> None:
+    """namePrefix/nameSuffix, and the pod specs' ConfigMap volumes follow their ConfigMaps."""
+    if not prefix and not suffix:
+        return
+    renamed: dict[tuple[str, str], str] = {}
+    for obj in list(objects.values()):
+        if obj["kind"] in NOT_RENAMED:
+            continue
+        kind, namespace, name = object_id(obj)
+        new = f"{prefix}{name}{suffix}"
+        obj["metadata"]["name"] = new
+        del objects[(kind, namespace, name)]
+        objects[(kind, namespace, new)] = obj
+        if kind == "ConfigMap":
+            renamed[(namespace, name)] = new
+    for obj in objects.values():
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        namespace = obj["metadata"].get("namespace", "")
+        for volume in spec.get("volumes", []):
+            if "projected" in volume:
+                raise Unsupported("projected volumes' ConfigMap references")
+            if "configMap" in volume:
+                reference = volume["configMap"]
+                reference["name"] = renamed.get((namespace, reference["name"]), reference["name"])
+        for container in spec.get("containers", []) + spec.get("initContainers", []):
+            if container.get("envFrom") or any("valueFrom" in e for e in container.get("env", [])):
+                raise Unsupported("ConfigMap references from environment variables")
+
+
+def split_image(image: str) -> tuple[str, str]:
+    """(name, ":tag" or "@digest" or "")."""
+    if "@" in image:
+        name, digest = image.split("@", 1)
+        return name, "@" + digest
+    slash = image.rfind("/")
+    colon = image.rfind(":")
+    if colon > slash:
+        return image[:colon], image[colon:]
+    return image, ""
+
+
+def set_image(entry: dict[str, Any], objects: Iterable[Object]) -> None:
+    if set(entry) - {"name", "newName", "newTag"}:
+        raise Unsupported(f"images entry {sorted(entry)}")
+    for obj in objects:
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        for container in spec.get("containers", []) + spec.get("initContainers", []):
+            name, tag = split_image(container["image"])
+            if name == entry["name"]:
+                new_tag = f":{entry['newTag']}" if "newTag" in entry else tag
+                container["image"] = entry.get("newName", name) + new_tag
+
+
+# --- the renderings ------------------------------------------------------------------------------
+
+
+def ordered(objects: list[Object]) -> list[Object]:
+    return sorted(objects, key=object_id)
+
+
+RENDERED: dict[str, list[Object]] = {}
+
+
+def rendered(kustomization: str) -> list[Object]:
+    """A deep copy, so that no test changes another's objects."""
+    if kustomization not in RENDERED:
+        RENDERED[kustomization] = ordered(kustomize(DEPLOY / kustomization))
+    return copy.deepcopy(RENDERED[kustomization])
+
+
+def of_kind(objects: list[Object], kind: str) -> list[Object]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def config_maps(objects: list[Object]) -> dict[tuple[str, str], Object]:
+    return {
+        (obj["metadata"]["namespace"], obj["metadata"]["name"]): obj
+        for obj in of_kind(objects, "ConfigMap")
+    }
+
+
+def the_container(daemon_set: Object) -> dict[str, Any]:
+    containers = daemon_set["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["token-resource"]
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+def agent_config(objects: list[Object], daemon_set: Object) -> Config:
+    """The configuration the DaemonSet's agent reads, parsed by the agent's own parser."""
+    spec = daemon_set["spec"]["template"]["spec"]
+    volume = next(v for v in spec["volumes"] if "configMap" in v)
+    config_map = config_maps(objects)[
+        (daemon_set["metadata"]["namespace"], volume["configMap"]["name"])
+    ]
+    text = config_map["data"][PurePosixPath(CONFIG_FILE).name]
+    return parse_config([(Path(CONFIG_FILE), text)])
+
+
+def daemon_sets() -> Iterator[tuple[str, list[Object], Object]]:
+    for kustomization in KUSTOMIZATIONS:
+        objects = rendered(kustomization)
+        for daemon_set in of_kind(objects, "DaemonSet"):
+            yield kustomization, objects, daemon_set
+
+
+def mebibytes(quantity: str) -> float:
+    match = re.fullmatch(r"(\d+)(Mi|Gi)", quantity)
+    assert match, quantity
+    return int(match.group(1)) * (1024 if match.group(2) == "Gi" else 1)
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_renders_and_matches_kubectl_kustomize_where_present(kustomization: str) -> None:
+    """Rendered here; and where kubectl is on PATH, `kubectl kustomize` renders the same."""
+    objects = rendered(kustomization)
+    assert objects, kustomization
+    assert_kubectl_kustomize_renders(DEPLOY / kustomization, objects)
+
+
+def assert_kubectl_kustomize_renders(directory: Path, objects: list[Object]) -> None:
+    """Where kubectl is on PATH: `kubectl kustomize DIRECTORY` renders these very objects."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return
+    result = subprocess.run(
+        [kubectl, "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    theirs = ordered([obj for obj in yaml.safe_load_all(result.stdout) if obj is not None])
+    mine = ordered(objects)
+    assert [object_id(obj) for obj in mine] == [object_id(obj) for obj in theirs]
+    assert mine == theirs
+
+
+def test_the_renderer_refuses_what_it_does_not_reproduce(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncommonLabels: {a: b}\n"
+    )
+    with pytest.raises(Unsupported, match="commonLabels"):
+        kustomize(tmp_path)
+    (tmp_path / "t.toml").write_text("[resources]\n")
+    (tmp_path / "kustomization.yaml").write_text(
+        "kind: Kustomization\nconfigMapGenerator:\n- name: c\n  files: [t.toml]\n"
+    )
+    with pytest.raises(Unsupported, match="content hash"):
+        kustomize(tmp_path)
+    with pytest.raises(Unsupported, match="only maps"):
+        merge_maps({}, {"spec": {"tolerations": []}}, "here")
+
+
+def test_the_renderer_renames_configmap_references_and_sets_images(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "ds.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "d", "namespace": "ns"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [{"name": "c", "image": "reg:5000/img:1"}],
+                            "volumes": [
+                                {"name": "x", "configMap": {"name": "cm"}},
+                                {"name": "y", "configMap": {"name": "other"}},
+                            ],
+                        }
+                    }
+                },
+            }
+        )
+    )
+    (base / "cm.toml").write_text("x")
+    (base / "kustomization.yaml").write_text(
+        "kind: Kustomization\nresources: [ds.yaml]\nconfigMapGenerator:\n"
+        "- {name: cm, namespace: ns, files: [cm.toml], options: {disableNameSuffixHash: true}}\n"
+    )
+    (tmp_path / "kustomization.yaml").write_text(
+        "kind: Kustomization\nresources: [base]\nnameSuffix: -s\n"
+        "images: [{name: reg:5000/img, newTag: '2'}]\n"
+    )
+    rendering = kustomize(tmp_path)
+    assert_kubectl_kustomize_renders(tmp_path, rendering)
+    objects = {object_id(obj): obj for obj in rendering}
+    assert set(objects) == {("DaemonSet", "ns", "d-s"), ("ConfigMap", "ns", "cm-s")}
+    spec = objects[("DaemonSet", "ns", "d-s")]["spec"]["template"]["spec"]
+    assert [v["configMap"]["name"] for v in spec["volumes"]] == ["cm-s", "other"]
+    assert spec["containers"][0]["image"] == "reg:5000/img:2"
+
+
+# --- the Kubernetes schemas ---------------------------------------------------------------------
+
+
+def test_the_schema_versions_are_the_supported_range() -> None:
+    newest = tuple(int(part) for part in NEWEST_KUBERNETES.split("."))
+    assert newest >= (1, 33), NEWEST_KUBERNETES  # kubectl 1.27-1.33 renders them
+
+
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_object_passes_the_kubernetes_schema(kustomization: str, version: str) -> None:
+    for obj in rendered(kustomization):
+        checked = kubernetes_validate.validate(obj, version, strict=True)
+        assert checked == version, (object_id(obj), checked)
+
+
+def test_the_schema_check_can_fail() -> None:
+    daemon_set = of_kind(rendered(BASE), "DaemonSet")[0]
+    the_container(daemon_set)["securityContext"]["readOnlyRootFileSystem"] = True  # a typo
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(daemon_set, OLDEST_KUBERNETES, strict=True)
+
+
+# --- the DaemonSets -----------------------------------------------------------------------------
+
+
+def test_every_daemonset_runs_with_the_tightest_security_context() -> None:
+    for kustomization, _, daemon_set in daemon_sets():
+        spec = daemon_set["spec"]["template"]["spec"]
+        context = the_container(daemon_set)["securityContext"]
+        assert context == {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }, kustomization
+        assert spec["automountServiceAccountToken"] is False
+        for host_access in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(host_access), host_access
+
+
+def test_every_daemonset_mounts_the_kubelet_directory_the_configmap_and_a_runtime_dir() -> None:
+    for kustomization, objects, daemon_set in daemon_sets():
+        spec = daemon_set["spec"]["template"]["spec"]
+        volumes = {volume["name"]: volume for volume in spec["volumes"]}
+        mounts = {mount["mountPath"]: mount for mount in the_container(daemon_set)["volumeMounts"]}
+        # Every mount whole: a subPath mount of the ConfigMap would never be updated.
+        assert all("subPath" not in m and "subPathExpr" not in m for m in mounts.values())
+
+        plugins = volumes[mounts[str(DEFAULT_DEVICE_PLUGIN_DIR)]["name"]]
+        assert plugins["hostPath"] == {"path": str(DEFAULT_DEVICE_PLUGIN_DIR), "type": "Directory"}
+        assert not mounts[str(DEFAULT_DEVICE_PLUGIN_DIR)].get("readOnly")
+
+        config = mounts[CONFIG_DIR]
+        assert config["readOnly"] is True
+        reference = volumes[config["name"]]["configMap"]
+        assert set(reference) == {"name"}  # every key, no items: the whole map as files
+        assert (daemon_set["metadata"]["namespace"], reference["name"]) in config_maps(objects)
+
+        runtime = volumes[mounts[CONTROL_DIR]["name"]]
+        assert runtime["emptyDir"]["medium"] == "Memory", kustomization
+
+
+def test_every_daemonset_runs_the_agent_on_its_configmap_and_probes_its_control_socket() -> None:
+    for kustomization, objects, daemon_set in daemon_sets():
+        container = the_container(daemon_set)
+        assert container["command"] == [
+            "token-resource",
+            "run",
+            "--config",
+            CONFIG_FILE,
+            "--control-socket",
+            CONTROL_SOCKET,
+        ]
+        for probe in ("livenessProbe", "readinessProbe"):
+            settings = container[probe]
+            command = settings["exec"]["command"]
+            assert command[:2] == ["token-resource", "status"], probe
+            assert command[command.index("--control-socket") + 1] == CONTROL_SOCKET
+            # The probe's own timeout must end before the kubelet gives up on the probe.
+            assert float(command[command.index("--timeout") + 1]) < settings["timeoutSeconds"]
+            assert settings["periodSeconds"] >= 10
+            assert settings["failureThreshold"] >= 3
+        # The agent finds the kubelet where the hostPath is mounted: no [agent] table needed.
+        config = agent_config(objects, daemon_set)
+        assert config.agent.device_plugin_dir == DEFAULT_DEVICE_PLUGIN_DIR, kustomization
+        assert config.resources, kustomization
+        assert not config.uses_api_server, "node-status needs credentials the pods do not get"
+
+
+def test_every_daemonset_is_node_critical_tolerates_every_taint_and_rolls() -> None:
+    for kustomization, _, daemon_set in daemon_sets():
+        spec = daemon_set["spec"]["template"]["spec"]
+        assert spec["priorityClassName"] == "system-node-critical", kustomization
+        tolerated = {(t.get("key"), t["operator"], t.get("effect")) for t in spec["tolerations"]}
+        assert tolerated == {(None, "Exists", "NoSchedule"), (None, "Exists", "NoExecute")}
+        strategy = daemon_set["spec"]["updateStrategy"]
+        assert strategy["type"] == "RollingUpdate"
+        # Two agents cannot serve one node: a surge pod would only wait for the old one.
+        assert strategy["rollingUpdate"]["maxSurge"] == 0
+
+
+def bench_rss_mib(resources: int) -> float:
+    """The agent's RSS serving RESOURCES resources, from `make bench`'s bench/RESULTS.md."""
+    results = (REPO / "bench" / "RESULTS.md").read_text()
+    match = re.search(rf"^\| {resources} resource\(s\) \| RSS ([\d.]+) MiB", results, re.M)
+    assert match, f"bench/RESULTS.md has no memory figure for {resources} resources"
+    return float(match.group(1))
+
+
+def test_requests_and_limits_fit_the_benchmarked_memory() -> None:
+    for kustomization, _, daemon_set in daemon_sets():
+        resources = the_container(daemon_set)["resources"]
+        request = mebibytes(resources["requests"]["memory"])
+        limit = mebibytes(resources["limits"]["memory"])
+        # The request holds the agent at rest with up to 100 resources...
+        assert bench_rss_mib(100) <= request < bench_rss_mib(1000), kustomization
+        # ...the limit 1,000 resources and two probe processes of about 28 MiB each.
+        assert limit >= bench_rss_mib(1000) + 2 * 28, kustomization
+        assert "cpu" not in resources["limits"], "a CPU limit only delays re-registration"
+        assert resources["requests"]["cpu"] == "10m"
+
+
+def test_the_base_image_is_the_one_make_image_builds_and_overlays_replace_it() -> None:
+    with (REPO / "pyproject.toml").open("rb") as file:
+        version = tomllib.load(file)["project"]["version"]
+    images: dict[str, set[str]] = {}
+    for kustomization, _, daemon_set in daemon_sets():
+        images.setdefault(kustomization, set()).add(the_container(daemon_set)["image"])
+    assert images[BASE] == {f"localhost/token-resource:{version}"}
+    assert images[EXAMPLE] == images[POOLS] == {f"registry.example.com/token-resource:{version}"}
+
+
+# --- node pools ---------------------------------------------------------------------------------
+
+
+def test_each_node_pool_has_its_own_daemonset_configmap_nodes_and_counts() -> None:
+    objects = rendered(POOLS)
+    assert len(of_kind(objects, "Namespace")) == 1
+    pools = {}
+    for daemon_set in of_kind(objects, "DaemonSet"):
+        spec = daemon_set["spec"]["template"]["spec"]
+        pool = spec["nodeSelector"][POOL_LABEL]
+        config_map = next(v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v)
+        selector = daemon_set["spec"]["selector"]["matchLabels"]
+        pools[pool] = (config_map, selector, agent_config(objects, daemon_set))
+        # Its pods carry its selector's labels.
+        labels = daemon_set["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items()
+    assert sorted(pools) == ["large", "small"]
+    (large_map, large_selector, large), (small_map, small_selector, small) = (
+        pools["large"],
+        pools["small"],
+    )
+    assert large_map != small_map
+    assert len(config_maps(objects)) == 2
+    # Neither DaemonSet selects the other's pods.
+    assert large_selector != small_selector
+    counts = {name: spec.count for name, spec in large.resources.items()}
+    assert counts == {"example.com/token": 8}
+    assert {name: spec.count for name, spec in small.resources.items()} == {"example.com/token": 1}
+
+
+# --- the example: more replicas than tokens ------------------------------------------------------
+
+
+def test_the_demo_asks_for_more_tokens_than_a_node_of_the_base_has() -> None:
+    (deployment,) = of_kind(rendered(DEMO), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    limits = container["resources"]["limits"]
+    assert limits["example.com/token"] == 1
+    (daemon_set,) = of_kind(rendered(BASE), "DaemonSet")
+    tokens_per_node = agent_config(rendered(BASE), daemon_set).resources["example.com/token"].count
+    assert deployment["spec"]["replicas"] > tokens_per_node
+    # It prints the variable the agent gives it.
+    assert "$TOKEN_RESOURCE_EXAMPLE_COM_TOKEN" in " ".join(container["command"])
+
+
+# --- the README ---------------------------------------------------------------------------------
+
+
+def test_the_readme_applies_only_kustomizations_that_exist_and_are_tested() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## On Kubernetes", 1)[1].split("\n## ", 1)[0]
+    applied = re.findall(r"kubectl apply -k deploy/kubernetes/([\w./-]+)", section)
+    assert applied, "the section shows no `kubectl apply -k`"
+    for path in applied:
+        assert path.rstrip("/") in KUSTOMIZATIONS, path
