@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -455,3 +456,24 @@ def test_watchdog_pings_at_half_the_interval(agent: AgentProcess, kubelet: Kubel
     finally:
         agent.signal(signal.SIGCONT)
     agent.notify.wait_for(lambda lines: lines.count("WATCHDOG=1") > frozen + 1)
+
+
+def test_status_with_a_deadline_fails_while_the_event_loop_stands_still(
+    serving: AgentProcess,
+) -> None:
+    """The liveness probe of the DaemonSet (`token-resource status --timeout 5`), the job the
+    systemd watchdog does on a host: answered by the agent's event loop, or a failure."""
+    assert serving.cli("status", "--timeout", "5").returncode == 0
+    serving.signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        stuck = serving.cli("status", "--timeout", "2")
+        waited = time.monotonic() - started
+    finally:
+        serving.signal(signal.SIGCONT)
+    assert stuck.returncode == 1
+    assert stuck.stderr.startswith("token-resource status: ")
+    assert waited < 30
+    answered = serving.cli("status", "--timeout", "5")
+    assert answered.returncode == 0, answered.stderr
+    assert "example.com/token=2" in answered.stdout

@@ -34,7 +34,8 @@ RUNC_TIMEOUT = 60.0
 
 def _oci_module() -> Any:
     spec = importlib.util.spec_from_file_location("oci", REPO / "packaging/image/oci.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -252,7 +253,8 @@ def test_the_image_serves_the_kubelet_and_follows_a_configmap_update(
 
     # Confined as the DaemonSet asks: no capabilities, read-only root, no network.
     status = runc.exec("cat", "/proc/1/status").stdout
-    assert "CapEff:\t0000000000000000" in status and "NoNewPrivs:\t1" in status
+    assert "CapEff:\t0000000000000000" in status
+    assert "NoNewPrivs:\t1" in status
     assert runc.exec("touch", "/written").returncode != 0
     interfaces = runc.exec("cat", "/proc/net/dev").stdout.splitlines()[2:]
     assert [line.split(":")[0].strip() for line in interfaces] == ["lo"]
@@ -291,6 +293,8 @@ def test_the_image_serves_the_kubelet_and_follows_a_configmap_update(
     log = runc.log()
     # Plain lines on stderr, one per event: no journal priorities, no notify complaints.
     assert "stopping: removing sockets" in log
-    assert "Traceback" not in log and "NOTIFY" not in log and "<6>" not in log
+    assert "Traceback" not in log
+    assert "NOTIFY" not in log
+    assert "<6>" not in log
     assert all(" INFO " in line or " ERROR " in line or " WARNING " in line
                for line in log.splitlines()), log  # fmt: skip
