@@ -24,8 +24,8 @@ demo: $(NEWEST)/.installed
 
 # mypy runs under the oldest Python: it checks the code as Python 3.9 sees it.
 lint: $(OLDEST)/.installed $(NEWEST)/.installed
-	$(NEWEST)/bin/ruff check agent tests bench packaging/ansible
-	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible
+	$(NEWEST)/bin/ruff check agent tests bench packaging/ansible packaging/image
+	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible packaging/image
 	$(OLDEST)/bin/mypy
 
 # Everything but the system tests, under both Pythons.
