@@ -322,7 +322,8 @@ def test_register_fails_when_the_dial_back_fails(tmp_path: Path) -> None:
 def test_register_first_answers_then_dials(
     tmp_path: Path, plugins: Callable[..., FakePlugin]
 ) -> None:
-    with KubeletStandin(tmp_path, dial_timeout=1.0, register_first=True) as standin:
+    # Long enough for the real plugin's dial on a busy machine; the stale one uses it all.
+    with KubeletStandin(tmp_path, dial_timeout=3.0, register_first=True) as standin:
         stale_socket(tmp_path / "stale.sock")
         plugins("token.sock")
         register(standin.socket_path, "stale.sock", resource="example.com/stale")
