@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.node import CONFIG, UNIT, AgentNode, wait_for
+from tests.system.node import CONFIG, UNIT, UNIT_FILE, AgentNode, wait_for
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -96,6 +96,10 @@ def test_install_pulls_debian_python_libraries(node: AgentNode) -> None:
     assert shebang == "#!/usr/bin/python3"
     version = node.exec(["dpkg-query", "-W", "-f=${Version}", "token-resource"]).stdout
     assert node.exec(["token-resource", "--version"]).stdout.split() == ["token-resource", version]
+    # Where both Debian 12 and Debian 13 (merged /usr) expect units; nothing under /lib.
+    assert UNIT_FILE in files.splitlines(), files
+    assert not [line for line in files.splitlines() if line.startswith("/lib/")], files
+    assert node.show("FragmentPath") == UNIT_FILE
 
 
 def test_unit_enabled_active_and_kubelet_sees_every_resource(node: AgentNode) -> None:
@@ -283,9 +287,7 @@ def test_watchdog_restarts_a_frozen_agent_which_registers_again(node: AgentNode)
 
 
 def test_systemd_analyze_verify_is_silent(node: AgentNode) -> None:
-    result = node.exec(
-        ["systemd-analyze", "verify", "--man=no", f"/lib/systemd/system/{UNIT}"], check=False
-    )
+    result = node.exec(["systemd-analyze", "verify", "--man=no", UNIT_FILE], check=False)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 

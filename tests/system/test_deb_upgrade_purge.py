@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 
 import pytest
 
-from tests.system.node import CONFIG, PLUGIN_DIR, UNIT, AgentNode, config_text
+from tests.system.node import CONFIG, PLUGIN_DIR, UNIT, UNIT_FILE, AgentNode, config_text
 
 LOCAL = {"example.com/token": 7, "example.com/local": 1}
 
@@ -53,13 +53,17 @@ def test_upgrade_keeps_a_modified_conffile_and_restarts_the_agent(node: AgentNod
 
 
 def test_purge_removes_unit_config_and_sockets(node: AgentNode) -> None:
-    node.exec(["apt-get", "purge", "-y", "-q", "token-resource"], timeout=300)
+    purge = node.exec(["apt-get", "purge", "-y", "-q", "token-resource"], timeout=300)
+    # dpkg says nothing about directories it could not remove (such as "directory
+    # '/lib/systemd/system' not empty so not removed").
+    assert "warning" not in purge.stdout + purge.stderr, purge.stdout + purge.stderr
     status = node.exec(
         ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "token-resource"], check=False
     ).stdout.strip()
     assert status in ("", "un"), status
     for path in (
         CONFIG,
+        UNIT_FILE,
         f"/lib/systemd/system/{UNIT}",
         f"/etc/systemd/system/multi-user.target.wants/{UNIT}",
         "/var/lib/systemd/deb-systemd-helper-enabled/token-resource.service.dsh-also",
