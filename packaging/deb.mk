@@ -1,5 +1,5 @@
-# Debian package and the system tests that install it into a booted Debian 12
-# container. Included from the Makefile (`-include packaging/*.mk`).
+# Debian package and the system tests that install it into booted Debian 12 and
+# Debian 13 containers. Included from the Makefile (`-include packaging/*.mk`).
 #
 #   make deb                          -> dist/token-resource_<version>_all.deb (+ lintian)
 #   make deb DEB_VERSION=0.1.0+test1  -> same tree, another version (upgrade tests)
@@ -57,7 +57,7 @@ deb:
 			$(DEB_BUILD_DIR)/token-resource_$(DEB_VERSION)_*.changes; fi
 	@echo "built $(DEB_FILE)"
 
-# Needs root and the host packages in packaging/README-system-tests.md. The Debian 12
+# Needs root and the host packages in packaging/README-system-tests.md. Each suite's
 # rootfs is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/token-resource-tests/; the
 # newer version for the upgrade test is built by the tests themselves.
 system-test: deb $(NEWEST)/.installed $(VENV_DIR)/ansible/.installed
