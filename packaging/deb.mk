@@ -1,5 +1,5 @@
-# Debian package and the system tests that install it into a booted Debian 12
-# container. Included from the Makefile (`-include packaging/*.mk`).
+# Debian package and the system tests that install it into booted Debian 12 and
+# Debian 13 containers. Included from the Makefile (`-include packaging/*.mk`).
 #
 #   make deb                          -> dist/token-resource_<version>_all.deb (+ lintian)
 #   make deb DEB_VERSION=0.1.0+test1  -> same tree, another version (upgrade tests)
@@ -12,6 +12,10 @@
 # (it must then be a valid PEP 440 version too, e.g. 0.1.0+test1).
 
 PYPROJECT_VERSION := $(shell sed -n '/^\[project\]/,/^\[/s/^version *= *"\([^"]*\)".*/\1/p' pyproject.toml)
+# requires-python (">=3.9") becomes the source's X-Python3-Version, from which
+# dh_python3 writes the python3 floor into Depends, next to the libraries' floors
+# that it takes from [project].dependencies (debian/py3dist-overrides).
+PYPROJECT_REQUIRES_PYTHON := $(shell sed -n '/^\[project\]/,/^\[/s/^requires-python *= *"\([^"]*\)".*/\1/p' pyproject.toml)
 DEB_VERSION ?= $(PYPROJECT_VERSION)
 DEB_LINT ?= yes
 DEB_BUILD_DIR := build/deb/$(DEB_VERSION)
@@ -38,6 +42,8 @@ deb:
 	cp -r packaging/debian $(DEB_SRC)/debian
 	find $(DEB_SRC) \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
 	sed -i '/^\[project\]/,/^\[/s/^version *= *".*"/version = "$(DEB_VERSION)"/' $(DEB_SRC)/pyproject.toml
+	if [ -n "$(PYPROJECT_REQUIRES_PYTHON)" ]; then \
+		sed -i '/^Source:/a X-Python3-Version: $(PYPROJECT_REQUIRES_PYTHON)' $(DEB_SRC)/debian/control; fi
 	printf '%s\n' \
 		'token-resource ($(DEB_VERSION)) unstable; urgency=medium' '' \
 		'  * Release $(DEB_VERSION), built from pyproject.toml.' '' \
@@ -51,7 +57,7 @@ deb:
 			$(DEB_BUILD_DIR)/token-resource_$(DEB_VERSION)_*.changes; fi
 	@echo "built $(DEB_FILE)"
 
-# Needs root and the host packages in packaging/README-system-tests.md. The Debian 12
+# Needs root and the host packages in packaging/README-system-tests.md. Each suite's
 # rootfs is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/token-resource-tests/; the
 # newer version for the upgrade test is built by the tests themselves.
 system-test: deb $(NEWEST)/.installed $(VENV_DIR)/ansible/.installed

@@ -1,7 +1,13 @@
-"""System tests: the .deb in a booted Debian 12 container with systemd as PID 1.
+"""System tests: the .deb in booted Debian 12 and Debian 13 containers, systemd as PID 1.
 
 They run as root on the host and FAIL (never skip) when the host lacks something: CI must not
 pass them silently. Needs: packaging/README-system-tests.md. `make system-test` runs them.
+
+Every test that boots a container runs on Debian 12 (harness.DEFAULT_SUITE); one marked
+``@pytest.mark.suites("bookworm", "trixie")`` runs once per suite named, its id ending in the
+suite (``test_x[trixie]``). The suite is a module-scoped parameter: a module's tests run on one
+suite after the other, each suite's in file order, with the module's container fixtures set
+up once per suite.
 
 Environment:
   TOKEN_RESOURCE_DEB          the .deb under test (default: built now with packaging/deb.mk)
@@ -30,6 +36,27 @@ STANDIN = REPO / "tests/standin/kubelet.py"
 SYSTEM_TEST_TIMEOUT = 900
 
 ACTIVE_NODES: list[AgentNode] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "suites(*names): run this system test on each of these Debian suites "
+        f"(default: {harness.DEFAULT_SUITE} only)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "suite" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("suites")
+    suites = tuple(marker.args) if marker else (harness.DEFAULT_SUITE,)
+    unknown = [name for name in suites if name not in harness.SUITES]
+    if unknown or not suites:
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: suites {unknown or '()'} are not among {harness.SUITES}"
+        )
+    metafunc.parametrize("suite", suites, indirect=True, scope="module")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -67,11 +94,33 @@ def session_dir(host: None) -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def suite(request: pytest.FixtureRequest) -> str:
+    """The Debian suite of the container(s) a test boots (see pytest_generate_tests)."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="session")
-def rootfs(session_dir: Path) -> Path:
+def unpacked_rootfs(session_dir: Path) -> Callable[[str], Path]:
+    """unpacked_rootfs(suite) -> that suite's rootfs, unpacked once a session when first asked."""
+    unpacked: dict[str, Path] = {}
+
+    def get(suite: str) -> Path:
+        if suite not in unpacked:
+            into = session_dir / f"rootfs-{suite}"
+            shutil.rmtree(into, ignore_errors=True)  # what a failed earlier attempt left
+            into.mkdir()
+            unpacked[suite] = harness.unpack_rootfs(harness.rootfs_tarball(suite), into)
+        return unpacked[suite]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def rootfs(suite: str, unpacked_rootfs: Callable[[str], Path]) -> Path:
     problem = ""
     try:
-        return harness.unpack_rootfs(harness.rootfs_tarball(), session_dir)
+        return unpacked_rootfs(suite)
     except harness.HarnessError as error:
         problem = str(error)
     pytest.fail(problem, pytrace=False)
@@ -132,11 +181,12 @@ def artifacts(session_dir: Path) -> Path:
     return directory
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def boot_node(
     rootfs: Path, artifacts: Path, session_dir: Path
 ) -> Callable[[], AbstractContextManager[AgentNode]]:
-    """boot_node() -> context manager yielding a freshly booted container (torn down on exit)."""
+    """boot_node() -> context manager yielding a freshly booted container of the test's suite
+    (torn down on exit)."""
 
     @contextmanager
     def boot() -> Iterator[AgentNode]:

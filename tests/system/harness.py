@@ -1,11 +1,11 @@
-"""A Debian 12 "node" with systemd as PID 1, for the system tests.
+"""A Debian "node" with systemd as PID 1, for the system tests: Debian 12 or Debian 13.
 
-The rootfs is debootstrapped once and cached as a tarball keyed on everything that goes into
-it; each test session unpacks it once, and every container boots from it with
-``--volatile=overlay`` (writes go to a tmpfs), so containers start pristine and several can
-share one rootfs. The host is not expected to run systemd: containers are driven with
-``nsenter``, and each nspawn process lives in a cgroup of its own that teardown empties and
-removes.
+Each suite's rootfs is debootstrapped once and cached as a tarball keyed on everything that
+goes into it (the suite first); each test session unpacks the suites it needs once, and every
+container boots from it with ``--volatile=overlay`` (writes go to a tmpfs), so containers
+start pristine and several can share one rootfs. The host is not expected to run systemd:
+containers are driven with ``nsenter``, and each nspawn process lives in a cgroup of its own
+that teardown empties and removes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SUITE = "bookworm"
+# The Debian releases a node can run: Debian 12 (systemd 252, Python 3.11) and Debian 13
+# (systemd 257, Python 3.13). Every system test runs on DEFAULT_SUITE; the ones marked
+# @pytest.mark.suites(...) run on each suite they name (tests/system/conftest.py).
+SUITES = ("bookworm", "trixie")
+DEFAULT_SUITE = "bookworm"
 # Installed in the rootfs: what a minimal systemd node needs.
 INCLUDE = ("systemd", "systemd-sysv", "dbus", "procps", "python3")
 # Downloaded only (kept in the rootfs's apt cache with the package lists): the .deb's
@@ -85,20 +89,38 @@ def check_host() -> None:
         )
 
 
-def debian_mirror() -> str:
-    """The host's Debian mirror (deb822 sources first, then the one-line format)."""
+def _host_sources() -> list[tuple[str, list[str]]]:
+    """(URI, suites) of each `deb` source of the host (deb822 first, then the one-line format)."""
+    sources: list[tuple[str, list[str]]] = []
     deb822 = Path("/etc/apt/sources.list.d/debian.sources")
     if deb822.exists():
         for stanza in deb822.read_text().split("\n\n"):
             fields = dict(re.findall(r"^(\w[\w-]*):\s*(.*)$", stanza, re.M))
-            if SUITE in fields.get("Suites", "").split() and fields.get("URIs"):
-                return str(fields["URIs"].split()[0])
+            if "deb" in fields.get("Types", "deb").split() and fields.get("URIs"):
+                sources.append((fields["URIs"].split()[0], fields.get("Suites", "").split()))
     legacy = Path("/etc/apt/sources.list")
     if legacy.exists():
-        match = re.search(rf"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+{SUITE}\s", legacy.read_text(), re.M)
-        if match:
-            return match.group(1)
-    raise HarnessError(f"no Debian mirror for {SUITE} in /etc/apt/sources.list(.d)")
+        for uri, suite in re.findall(
+            r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+(\S+)\s", legacy.read_text(), re.M
+        ):
+            sources.append((uri, [suite]))
+    return sources
+
+
+def debian_mirror(suite: str = DEFAULT_SUITE) -> str:
+    """The host's Debian mirror for suite.
+
+    A source that names the suite wins; otherwise the host's own Debian archive (a source
+    naming a release, not its -updates or -security), which carries every Debian release.
+    """
+    sources = _host_sources()
+    for uri, suites in sources:
+        if suite in suites:
+            return uri
+    for uri, suites in sources:
+        if any("-" not in name for name in suites):
+            return uri
+    raise HarnessError(f"no Debian mirror for {suite} in /etc/apt/sources.list(.d)")
 
 
 def cache_dir() -> Path:
@@ -106,12 +128,14 @@ def cache_dir() -> Path:
     return Path(base) / "token-resource-tests"
 
 
-def rootfs_tarball() -> Path:
-    """The cached rootfs tarball, built (about 2 minutes) when missing."""
-    mirror = debian_mirror()
+def rootfs_tarball(suite: str = DEFAULT_SUITE) -> Path:
+    """The cached rootfs tarball of suite, built (about 2 minutes) when missing."""
+    if suite not in SUITES:
+        raise HarnessError(f"unknown suite {suite!r}; the harness knows {', '.join(SUITES)}")
+    mirror = debian_mirror(suite)
     recipe = {
         "recipe": RECIPE,
-        "suite": SUITE,
+        "suite": suite,
         "mirror": mirror,
         "variant": "minbase",
         "include": sorted(INCLUDE),
@@ -120,16 +144,18 @@ def rootfs_tarball() -> Path:
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    tarball = directory / f"rootfs-{SUITE}-{key}.tar.gz"
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others reuse its result
+    tarball = directory / f"rootfs-{suite}-{key}.tar.gz"
+    # One builder per tarball at a time, the others reuse its result; building one suite
+    # does not hold up sessions that only need another.
+    with open(directory / f".{tarball.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if not tarball.exists():
-            _build_rootfs_tarball(tarball, mirror)
+            _build_rootfs_tarball(tarball, suite, mirror)
             (directory / f"{tarball.name}.json").write_text(json.dumps(recipe, indent=1) + "\n")
     return tarball
 
 
-def _build_rootfs_tarball(tarball: Path, mirror: str) -> None:
+def _build_rootfs_tarball(tarball: Path, suite: str, mirror: str) -> None:
     work = Path(tempfile.mkdtemp(prefix="build-", dir=tarball.parent))
     try:
         rootfs = work / "rootfs"
@@ -138,7 +164,7 @@ def _build_rootfs_tarball(tarball: Path, mirror: str) -> None:
                 "debootstrap",
                 "--variant=minbase",
                 "--include=" + ",".join(INCLUDE),
-                SUITE,
+                suite,
                 str(rootfs),
                 mirror,
             ],

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 from tests.system.harness import Node
 
 UNIT = "token-resource.service"
+# Where the .deb installs the unit, on Debian 12 and Debian 13 alike.
+UNIT_FILE = f"/usr/lib/systemd/system/{UNIT}"
 CONFIG = "/etc/token-resource.toml"
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 STATE_FILE = "/run/kubelet-standin/state.json"

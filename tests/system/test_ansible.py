@@ -29,7 +29,7 @@ from tests.system.ansible_fleet import (
     ansible_venv,
     missing_tools,
 )
-from tests.system.node import CONFIG, UNIT, AgentNode
+from tests.system.node import CONFIG, UNIT, UNIT_FILE, AgentNode
 
 # Groups and hosts of packaging/ansible/inventory/example.
 ALL_NODES = "token_resource_nodes"
@@ -356,7 +356,7 @@ def test_state_absent_removes_package_and_config(fleet: Fleet) -> None:
             ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "token-resource"], check=False
         ).stdout
         assert status.strip() in ("", "un"), (host, status)
-        for path in (CONFIG, f"/lib/systemd/system/{UNIT}", "/var/cache/token-resource-ansible"):
+        for path in (CONFIG, UNIT_FILE, "/var/cache/token-resource-ansible"):
             assert node.exec(["test", "-e", path], check=False).returncode != 0, (host, path)
         assert node.agent_sockets() == [], host
         node.wait_for_view(

@@ -1,4 +1,8 @@
-"""Package life cycle: upgrade with a locally modified conffile, then purge."""
+"""Package life cycle: upgrade with a locally modified conffile, then purge.
+
+On Debian 12 and Debian 13 (where the unit once went to /lib/systemd/system, a directory of
+no other package on merged /usr, and purge warned that it was not empty).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,12 @@ from contextlib import AbstractContextManager
 
 import pytest
 
-from tests.system.node import CONFIG, PLUGIN_DIR, UNIT, AgentNode, config_text
+from tests.system import harness
+from tests.system.node import CONFIG, PLUGIN_DIR, UNIT, UNIT_FILE, AgentNode, config_text
 
 LOCAL = {"example.com/token": 7, "example.com/local": 1}
+# Every test of the module, on every suite.
+pytestmark = pytest.mark.suites(*harness.SUITES)
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +37,10 @@ def test_upgrade_keeps_a_modified_conffile_and_restarts_the_agent(node: AgentNod
     node.wait_for_counts(LOCAL)
     old_version, old_pid = package_version(node), node.main_pid()
     # No --force-conf* option: an upgrade that would prompt about the conffile hangs or fails.
-    node.exec(
+    upgrade = node.exec(
         ["apt-get", "install", "-y", "-q", "/srv/test/token-resource-upgrade.deb"], timeout=300
     )
+    assert "warning" not in upgrade.stdout + upgrade.stderr, upgrade.stdout + upgrade.stderr
     new_version = package_version(node)
     assert new_version != old_version
     assert (
@@ -53,13 +61,17 @@ def test_upgrade_keeps_a_modified_conffile_and_restarts_the_agent(node: AgentNod
 
 
 def test_purge_removes_unit_config_and_sockets(node: AgentNode) -> None:
-    node.exec(["apt-get", "purge", "-y", "-q", "token-resource"], timeout=300)
+    purge = node.exec(["apt-get", "purge", "-y", "-q", "token-resource"], timeout=300)
+    # dpkg says nothing about directories it could not remove (such as "directory
+    # '/lib/systemd/system' not empty so not removed").
+    assert "warning" not in purge.stdout + purge.stderr, purge.stdout + purge.stderr
     status = node.exec(
         ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "token-resource"], check=False
     ).stdout.strip()
     assert status in ("", "un"), status
     for path in (
         CONFIG,
+        UNIT_FILE,
         f"/lib/systemd/system/{UNIT}",
         f"/etc/systemd/system/multi-user.target.wants/{UNIT}",
         "/var/lib/systemd/deb-systemd-helper-enabled/token-resource.service.dsh-also",

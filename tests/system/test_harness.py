@@ -6,16 +6,20 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+import pytest
+
+from tests.system import harness
 from tests.system.node import AgentNode
 
 
+@pytest.mark.suites(*harness.SUITES)
 def test_container_boots_systemd_and_tears_down_completely(
-    boot_node: Callable[[], AbstractContextManager[AgentNode]],
+    boot_node: Callable[[], AbstractContextManager[AgentNode]], suite: str
 ) -> None:
     with boot_node() as node:
         assert node.read("/proc/1/comm").strip() == "systemd"
         assert node.sh("systemctl is-system-running").stdout.strip() == "running"
-        assert "bookworm" in node.read("/etc/os-release")
+        assert f"VERSION_CODENAME={suite}" in node.read("/etc/os-release").splitlines()
         # The package's runtime dependencies are in the apt cache: installing needs no network.
         simulated = node.sh("apt-get install --simulate -q python3-grpcio").stdout
         assert "Inst python3-grpcio" in simulated
