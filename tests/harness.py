@@ -15,6 +15,17 @@ from pathlib import Path
 AGENT_COMMAND = (sys.executable, "-m", "token_resource")
 
 
+# A configuration with both forms of resource: a shorthand count, and a table with its own env.
+TWO_RESOURCES = """
+[resources]
+"example.com/token" = 2
+
+[resources."example.com/license"]
+count = 5
+env = "LICENSE_SEATS"
+"""
+
+
 class NotifySocket:
     """A real ``$NOTIFY_SOCKET``: a datagram socket whose messages are collected by a thread,
     each line stamped with the time (``time.monotonic()``) it arrived."""

@@ -12,18 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.harness import AgentProcess, write_file
+from tests.harness import TWO_RESOURCES, AgentProcess, write_file
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from token_resource.protocol import deviceplugin_pb2 as pb
-
-TWO_RESOURCES = """
-[resources]
-"example.com/token" = 2
-
-[resources."example.com/license"]
-count = 5
-env = "LICENSE_SEATS"
-"""
 
 
 def counts(*pairs: tuple[str, int]) -> Callable[[KubeletView], bool]:

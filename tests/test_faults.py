@@ -25,7 +25,7 @@ import grpc
 import pytest
 
 from tests.harness import AgentProcess, write_file
-from tests.standin.kubelet import KubeletStandin, KubeletView
+from tests.standin.kubelet import KubeletStandin, KubeletView, serves_exactly
 from token_resource.config import AgentSettings, ConfigError, load_reload
 from token_resource.control import ControlError, request
 from token_resource.protocol import ALLOCATE, GET_PREFERRED_ALLOCATION, PRE_START_CONTAINER
@@ -108,21 +108,6 @@ def settle(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def serves_exactly(counts: Mapping[str, int]) -> Callable[[KubeletView], bool]:
-    """The kubelet holds an open stream with exactly ``count`` devices for each named resource,
-    and no open stream for any other."""
-    wanted = dict(counts)
-
-    def holds(view: KubeletView) -> bool:
-        open_streams = {
-            name: view_.capacity for name, view_ in view.resources.items() if view_.stream_open
-        }
-        return open_streams == wanted
-
-    holds.__qualname__ = f"serves exactly {wanted}"
-    return holds
 
 
 def since(mark: int, text: str) -> Callable[[list[str]], bool]:

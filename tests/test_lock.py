@@ -10,19 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import AgentProcess
+from tests.harness import TWO_RESOURCES, AgentProcess
 from tests.standin.kubelet import CHECKPOINT, KubeletStandin, KubeletView, clean_directory
 from token_resource import lock
 from token_resource.lock import LockError, directory_lock, lock_holder
 
-TWO_RESOURCES = """
-[resources]
-"example.com/token" = 2
-
-[resources."example.com/license"]
-count = 5
-env = "LICENSE_SEATS"
-"""
 COUNTS = {"example.com/token": 2, "example.com/license": 5}
 SOCKETS = ("token-resource.example.com_license.sock", "token-resource.example.com_token.sock")
 KUBELET_RESTARTS = 3

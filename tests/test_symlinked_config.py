@@ -15,7 +15,7 @@ import pytest
 
 from tests.configmap import DATA, ConfigMapVolume
 from tests.harness import AgentProcess
-from tests.standin.kubelet import KubeletStandin, KubeletView
+from tests.standin.kubelet import KubeletStandin, KubeletView, serves_exactly
 
 
 def resources(**counts: int) -> str:
@@ -25,17 +25,7 @@ def resources(**counts: int) -> str:
 
 
 def serving(**counts: int) -> Callable[[KubeletView], bool]:
-    wanted = {f"example.com/{name}": count for name, count in counts.items()}
-
-    def holds(view: KubeletView) -> bool:
-        return {
-            name: resource.capacity
-            for name, resource in view.resources.items()
-            if resource.stream_open
-        } == wanted
-
-    holds.__qualname__ = f"serving {wanted}"
-    return holds
+    return serves_exactly({f"example.com/{name}": count for name, count in counts.items()})
 
 
 def registered_once(view: KubeletView) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import AgentProcess
-from tests.standin.kubelet import KubeletStandin, KubeletView
+from tests.standin.kubelet import KubeletStandin, KubeletView, serves_exactly
 
 BEFORE = {"example.com/a": 2, "example.com/b": 3, "acme/c": 1}
 AFTER = {**BEFORE, "example.com/b": 5}
@@ -172,18 +172,6 @@ WRITERS: dict[str, Callable[[Path, str], None]] = {
 }
 
 
-def serving(counts: dict[str, int]) -> Callable[[KubeletView], bool]:
-    def holds(view: KubeletView) -> bool:
-        return {
-            name: resource.capacity
-            for name, resource in view.resources.items()
-            if resource.stream_open
-        } == counts
-
-    holds.__qualname__ = f"serving {counts}"
-    return holds
-
-
 def registrations(view: KubeletView) -> dict[str, int]:
     return {name: resource.registrations for name, resource in view.resources.items()}
 
@@ -207,7 +195,7 @@ def test_a_tool_writing_the_file_never_removes_a_resource_that_stays(
     agent.config_path.write_text(main_text(BEFORE))
     dropin.write_text(dropin_text(DROPIN_BEFORE))
     agent.start()
-    before = kubelet.wait_for(serving({**BEFORE, **DROPIN_BEFORE}))
+    before = kubelet.wait_for(serves_exactly({**BEFORE, **DROPIN_BEFORE}))
     assert set(registrations(before).values()) == {1}
     log_mark = len(agent.log())
 
@@ -220,7 +208,7 @@ def test_a_tool_writing_the_file_never_removes_a_resource_that_stays(
         final = {**BEFORE, **DROPIN_AFTER}
         changed = "example.com/d"
 
-    after = kubelet.wait_for(serving(final))
+    after = kubelet.wait_for(serves_exactly(final))
     log = agent.log()[log_mark:]
     reloads = log.count("reload (file changed)")
     print(f"{writer}, {target}: {reloads} reload(s), registrations {registrations(after)}")

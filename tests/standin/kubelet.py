@@ -162,6 +162,21 @@ class KubeletView:
         return json.dumps(self.to_dict(_PRETTY_DEVICES), indent=2)
 
 
+def serves_exactly(counts: Mapping[str, int]) -> Callable[[KubeletView], bool]:
+    """A wait_for predicate: the kubelet holds an open stream with exactly ``count`` devices for
+    each named resource, and no open stream for any other."""
+    wanted = dict(counts)
+
+    def holds(view: KubeletView) -> bool:
+        open_streams = {
+            name: view_.capacity for name, view_ in view.resources.items() if view_.stream_open
+        }
+        return open_streams == wanted
+
+    holds.__qualname__ = f"serves exactly {wanted}"
+    return holds
+
+
 def is_extended_resource_name(name: str) -> bool:
     """Kubernetes' IsExtendedResourceName, the check the kubelet applies to Register.
 

@@ -16,14 +16,14 @@ import os
 import subprocess
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.configmap import ConfigMapVolume
-from tests.standin.kubelet import KubeletStandin, KubeletView
+from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.system import harness
 from tests.system.conftest import REPO, project_version
 
@@ -229,18 +229,6 @@ def container(
         print(f"container stderr:\n{runc.log()}")
 
 
-def serving(counts: dict[str, int]) -> Callable[[KubeletView], bool]:
-    def holds(view: KubeletView) -> bool:
-        return {
-            name: resource.capacity
-            for name, resource in view.resources.items()
-            if resource.stream_open
-        } == counts
-
-    holds.__qualname__ = f"serving {counts}"
-    return holds
-
-
 def test_the_image_serves_the_kubelet_and_follows_a_configmap_update(
     container: tuple[Container, ConfigMapVolume],
     kubelet: KubeletStandin,
@@ -249,7 +237,7 @@ def test_the_image_serves_the_kubelet_and_follows_a_configmap_update(
     runc, volume = container
     volume.write({"token-resource.toml": '[resources]\n"example.com/token" = 2\n'})
     runc.run()
-    kubelet.wait_for(serving({"example.com/token": 2}), timeout=60)
+    kubelet.wait_for(serves_exactly({"example.com/token": 2}), timeout=60)
 
     # Confined as the DaemonSet asks: no capabilities, read-only root, no network.
     status = runc.exec("cat", "/proc/1/status").stdout
@@ -261,7 +249,7 @@ def test_the_image_serves_the_kubelet_and_follows_a_configmap_update(
 
     # A ConfigMap update (the ..data swap) is applied live, as a diff.
     volume.write({"token-resource.toml": '[resources]\n"example.com/token" = 5\n'})
-    view = kubelet.wait_for(serving({"example.com/token": 5}), timeout=60)
+    view = kubelet.wait_for(serves_exactly({"example.com/token": 5}), timeout=60)
     assert view.resources["example.com/token"].registrations == 1
     allocated = kubelet.allocate("example.com/token", ["token-4"])
     assert dict(allocated.container_responses[0].envs) == {
