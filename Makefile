@@ -54,8 +54,9 @@ test: lint proto-check unit system-test
 # descriptor with. The classes themselves are built at import time (protocol/descriptor.py).
 PROTOC := $(VENV_DIR)/protoc/bin/python -m grpc_tools.protoc
 PROTO_OUT ?= .
+# Under the oldest Python, which make test has anyway (grpcio-tools 1.51 has wheels up to 3.11).
 $(VENV_DIR)/protoc/.installed:
-	python3.11 -m venv $(VENV_DIR)/protoc
+	$(PYTHON_OLDEST) -m venv $(VENV_DIR)/protoc
 	$(VENV_DIR)/protoc/bin/pip install --quiet 'grpcio-tools==1.51.3'
 	touch $@
 
