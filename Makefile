@@ -6,9 +6,14 @@ PYTHON_NEWEST ?= $(call find_python,python3.13 $(wildcard $(HOME)/.pyenv/version
 VENV_DIR ?= .venv
 OLDEST := $(VENV_DIR)/oldest
 NEWEST := $(VENV_DIR)/newest
+# RHEL 9's own library set (packaging/README.md) under the oldest Python; watchdog, which RHEL 9
+# lacks, at the oldest version the agent supports. The test tools install beside these pins
+# (a constraints file) and never upgrade them.
+RHEL9 := $(VENV_DIR)/rhel9
+RHEL9_PINS := grpcio==1.46.3 protobuf==3.14.0 sdnotify==0.3.2 tomli==2.0.1 watchdog==2.0.0
 PYTEST_ARGS ?=
 
-.PHONY: all demo test lint unit proto clean
+.PHONY: all demo test lint unit proto proto-check clean
 
 all: test
 
@@ -19,6 +24,14 @@ $(VENV_DIR)/%/.installed: pyproject.toml
 	$(VENV_DIR)/$*/bin/pip install --quiet --upgrade pip && \
 	$(VENV_DIR)/$*/bin/pip install --quiet -e '.[test]' && touch $@
 
+$(RHEL9)/.installed: pyproject.toml
+	@[ -n "$(PYTHON_OLDEST)" ] || { echo "make: no Python 3.9 for the rhel9 virtualenv (set PYTHON_OLDEST)" >&2; exit 1; }
+	$(PYTHON_OLDEST) -m venv $(RHEL9)
+	printf '%s\n' $(RHEL9_PINS) > $(RHEL9)/constraints.txt
+	$(RHEL9)/bin/pip install --quiet --upgrade pip
+	$(RHEL9)/bin/pip install --quiet -c $(RHEL9)/constraints.txt $(RHEL9_PINS) -e '.[test]'
+	touch $@
+
 demo: $(NEWEST)/.installed
 	$(NEWEST)/bin/python -m tests.demo
 
@@ -28,20 +41,38 @@ lint: $(OLDEST)/.installed $(NEWEST)/.installed
 	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible packaging/image
 	$(OLDEST)/bin/mypy
 
-# Everything but the system tests, under both Pythons.
-unit: $(OLDEST)/.installed $(NEWEST)/.installed
+# Everything but the system tests, under both Pythons and under RHEL 9's libraries.
+unit: $(OLDEST)/.installed $(NEWEST)/.installed $(RHEL9)/.installed
 	$(OLDEST)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
 	$(NEWEST)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
+	$(RHEL9)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
 
-test: lint unit system-test
+test: lint proto-check unit system-test
 
-# Regenerate the protocol module with protoc 3.21 (grpcio-tools 1.51): its output imports
-# on Debian 12's python3-protobuf 3.21 and on current PyPI releases; newer generators' does not.
-proto:
-	python3.11 -m venv $(VENV_DIR)/protoc
+# protoc (3.21, from grpcio-tools 1.51) writes the typing stubs of the protocol module and its
+# description of deviceplugin.proto, which tests/test_protocol.py compares the module's own
+# descriptor with. The classes themselves are built at import time (protocol/descriptor.py).
+PROTOC := $(VENV_DIR)/protoc/bin/python -m grpc_tools.protoc
+PROTO_OUT ?= .
+# Under the oldest Python, which make test has anyway (grpcio-tools 1.51 has wheels up to 3.11).
+$(VENV_DIR)/protoc/.installed:
+	$(PYTHON_OLDEST) -m venv $(VENV_DIR)/protoc
 	$(VENV_DIR)/protoc/bin/pip install --quiet 'grpcio-tools==1.51.3'
-	cd agent && ../$(VENV_DIR)/protoc/bin/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
+	touch $@
+
+proto: $(VENV_DIR)/protoc/.installed
+	mkdir -p $(PROTO_OUT)/agent $(PROTO_OUT)/tests
+	cd agent && ../$(PROTOC) -I. --pyi_out=$(abspath $(PROTO_OUT))/agent \
+		--descriptor_set_out=$(abspath $(PROTO_OUT))/tests/deviceplugin.desc \
 		token_resource/protocol/deviceplugin.proto
+
+# Fails when the checked-in stubs or descriptor are not what protoc makes of the .proto now.
+proto-check: $(VENV_DIR)/protoc/.installed
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(MAKE) -s proto PROTO_OUT=$$tmp && \
+	cmp $$tmp/tests/deviceplugin.desc tests/deviceplugin.desc && \
+	cmp $$tmp/agent/token_resource/protocol/deviceplugin_pb2.pyi \
+		agent/token_resource/protocol/deviceplugin_pb2.pyi
 
 clean:
 	rm -rf $(VENV_DIR) dist build agent/*.egg-info

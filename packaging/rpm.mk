@@ -29,6 +29,19 @@ RPMBUILD_DEBIAN_FLAGS := --nodeps --without check \
 	--define '__os_install_post bash /usr/lib/rpm/brp-compress %{_prefix}'
 RPMBUILD_FLAGS ?= $(if $(wildcard /etc/debian_version),$(RPMBUILD_DEBIAN_FLAGS))
 
+# RPM_TARGET=el9|fedora44|fedora45 builds here (Debian) a package laid out for that
+# distribution's Python (site-packages path, python(abi) and python3.Ydist requirements) and,
+# for el9, with the vendored watchdog: what tests/packaging/test_rpm_targets.py checks against
+# each distribution's packages. On the distribution itself leave it empty: its macros know.
+RPM_TARGET ?=
+RPM_TARGET_FLAGS_el9 := --define 'rhel 9' --define 'python3_version 3.9' \
+	--define 'python3_version_nodots 39'
+RPM_TARGET_FLAGS_fedora44 := --define 'python3_version 3.14' --define 'python3_version_nodots 314'
+RPM_TARGET_FLAGS_fedora45 := --define 'python3_version 3.15' --define 'python3_version_nodots 315'
+# The wheel the EL9 build vendors (Source1; the spec checks its sha256), fetched with pip.
+RPM_WATCHDOG := watchdog==6.0.0
+RPM_PIP ?= python3 -m pip
+
 .PHONY: rpm rpm-sources rpm-lint
 
 # The source tarball holds the tree as git sees it: tracked files plus new
@@ -48,10 +61,14 @@ rpm-sources:
 			--owner=0 --group=0 --numeric-owner \
 			--transform 's,^,$(RPM_NAME)-$(RPM_VERSION)/,' -czf $(RPM_TARBALL)
 	{ echo '%global pkg_version $(RPM_VERSION)'; cat $(RPM_SPEC); } > $(RPM_BUILT_SPEC)
+	$(if $(filter el9,$(RPM_TARGET)),$(RPM_PIP) download --quiet --no-deps --only-binary=:all: \
+		--platform manylinux2014_x86_64 --python-version 3.9 \
+		--dest $(RPM_TOPDIR)/SOURCES '$(RPM_WATCHDOG)')
 
 rpm: rpm-sources
 	@command -v $(RPMBUILD) >/dev/null || { echo "rpm.mk: $(RPMBUILD) is required (apt-get install rpm)" >&2; exit 1; }
-	$(RPM_ENV) $(RPMBUILD) -ba --define '_topdir $(RPM_TOPDIR)' $(RPMBUILD_FLAGS) $(RPM_BUILT_SPEC)
+	$(RPM_ENV) $(RPMBUILD) -ba --define '_topdir $(RPM_TOPDIR)' $(RPMBUILD_FLAGS) \
+		$(RPM_TARGET_FLAGS_$(RPM_TARGET)) $(RPM_BUILT_SPEC)
 	mkdir -p $(RPM_DIST)
 	rm -f $(RPM_DIST)/$(RPM_NAME)-$(RPM_VERSION)-*.rpm
 	cp $(RPM_TOPDIR)/RPMS/noarch/$(RPM_NAME)-$(RPM_VERSION)-*.noarch.rpm \

@@ -1,0 +1,76 @@
+"""The message classes built from a descriptor: what protoc makes of the .proto, on any runtime.
+
+``tests/deviceplugin.desc`` is protoc's description of ``deviceplugin.proto`` (written by
+``make proto``; ``make proto-check`` fails when it or the .pyi is stale), so these tests need no
+protoc and run on every protobuf this suite runs on (RHEL 9's 3.14 to PyPI's newest).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf import descriptor_pb2
+
+from token_resource.protocol import descriptor
+from token_resource.protocol import deviceplugin_pb2 as pb
+
+PROTOC_DESCRIPTOR = Path(__file__).with_name("deviceplugin.desc")
+
+
+def protoc_file() -> descriptor_pb2.FileDescriptorProto:
+    files = descriptor_pb2.FileDescriptorSet.FromString(PROTOC_DESCRIPTOR.read_bytes()).file
+    assert len(files) == 1
+    return files[0]
+
+
+def test_descriptor_is_what_protoc_makes_of_the_proto() -> None:
+    built = descriptor.file_descriptor_proto()
+    # Compared as messages first for a readable difference, then byte for byte.
+    assert built == protoc_file(), f"built:\n{built}\nprotoc:\n{protoc_file()}"
+    assert built.SerializeToString() == protoc_file().SerializeToString()
+
+
+def test_the_loaded_file_is_that_descriptor() -> None:
+    loaded = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
+    assert loaded.SerializeToString() == protoc_file().SerializeToString()
+    assert pb.Device.DESCRIPTOR.full_name == "v1beta1.Device"
+
+
+def test_every_message_of_the_proto_is_a_class_of_the_module() -> None:
+    names = {message.name for message in protoc_file().message_type}
+    assert names == set(descriptor.MESSAGES)
+    for name in names:
+        assert getattr(pb, name).DESCRIPTOR.name == name
+
+
+def test_messages_keep_maps_nesting_and_repeated_fields_over_the_wire() -> None:
+    response = pb.AllocateResponse(
+        container_responses=[
+            pb.ContainerAllocateResponse(
+                envs={"TOKENS": "token-1,token-2"},
+                annotations={"a": "b"},
+                mounts=[pb.Mount(container_path="/c", host_path="/h", read_only=True)],
+                devices=[pb.DeviceSpec(container_path="/dev/x", permissions="rw")],
+                cdi_devices=[pb.CDIDevice(name="vendor.com/class=dev")],
+            )
+        ]
+    )
+    again = pb.AllocateResponse.FromString(response.SerializeToString())
+    assert again == response
+    (container,) = again.container_responses
+    assert dict(container.envs) == {"TOKENS": "token-1,token-2"}
+    assert container.mounts[0].read_only
+    assert container.cdi_devices[0].name == "vendor.com/class=dev"
+    device = pb.Device(ID="token-1", health="Healthy", topology=pb.TopologyInfo())
+    device.topology.nodes.add(ID=2**40)
+    assert pb.Device.FromString(device.SerializeToString()).topology.nodes[0].ID == 2**40
+
+
+def test_known_bytes_decode_as_the_kubelet_sends_them() -> None:
+    # RegisterRequest{version: "v1beta1", endpoint: "a.sock", options{pre_start_required}}:
+    # field 1 (0x0a), field 2 (0x12) and the nested message in field 4 (0x22).
+    wire = b"\x0a\x07v1beta1\x12\x06a.sock\x22\x02\x08\x01"
+    request = pb.RegisterRequest.FromString(wire)
+    assert (request.version, request.endpoint) == ("v1beta1", "a.sock")
+    assert request.options.pre_start_required
+    assert request.SerializeToString() == wire
