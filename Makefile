@@ -41,7 +41,7 @@ proto:
 	python3.11 -m venv $(VENV_DIR)/protoc
 	$(VENV_DIR)/protoc/bin/pip install --quiet 'grpcio-tools==1.51.3'
 	cd agent && ../$(VENV_DIR)/protoc/bin/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
-		token_resource/protocol/deviceplugin.proto
+		token_resource/protocol/deviceplugin.proto token_resource/protocol/podresources.proto
 
 clean:
 	rm -rf $(VENV_DIR) dist build agent/*.egg-info
