@@ -53,7 +53,9 @@ class Agent:
         """Construct inside the running loop (Python 3.9's asyncio primitives bind to it)."""
         self._initial = config
         # Nothing is served until run() applies the initial config as a diff from nothing.
-        self._config = Config(agent=config.agent, resources=MappingProxyType({}), files=())
+        self._config = Config(
+            agent=config.agent, resources=MappingProxyType({}), files=(), metrics=config.metrics
+        )
         self._config_path = config_path
         self._config_paths = ConfigPaths(config_path)
         self._config_dirs: set[Path] = set()
@@ -113,7 +115,7 @@ class Agent:
 
     async def _reload(self, trigger: str) -> Answer:
         try:
-            config = load_reload(self._config_path, self._config.agent)
+            config = load_reload(self._config_path, self._config.agent, self._config.metrics)
         except ConfigError as error:
             self._last_error = str(error)
             log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
