@@ -7,6 +7,7 @@ on one asyncio loop; watchdog's thread and signal handlers only hand events to i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 from collections.abc import Coroutine
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from token_resource.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.config import (
     DEVICE_PLUGIN,
     NODE_STATUS,
@@ -32,6 +34,7 @@ from token_resource.nodestatus import NodeStatusAdvertiser
 from token_resource.notify import SystemdNotifier
 from token_resource.protocol import KUBELET_SOCKET
 from token_resource.reconciler import Reconciler
+from token_resource.report import ResourceReport, StatusReport
 from token_resource.sockets import is_agent_socket_name, remove_stale_sockets
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,9 @@ class Agent:
         self._notifier = notifier
         self._control = ControlServer(control_socket, self._on_control)
         self._reconciler = Reconciler(config.agent.device_plugin_dir, self._publish_status)
+        # Tokens in use per resource, from the latest read of the kubelet's PodResources API
+        # (for the STATUS= line); None when the last read failed or none was made yet.
+        self._in_use: dict[str, int] | None = None
         # Only built once the config uses the API server (Config.uses_api_server).
         self._advertiser: NodeStatusAdvertiser | None = None
         self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
@@ -203,7 +209,41 @@ class Agent:
     async def _on_control(self, command: str) -> Answer:
         if command == "reload":
             return await self.reload("reload command")
-        return True, self._status()
+        return True, json.dumps((await self.report()).to_json())
+
+    async def report(self) -> StatusReport:
+        """What ``status`` and the metrics show, with a fresh read of who holds the tokens."""
+        socket = self._config.agent.pod_resources_socket
+        states = self._reconciler.states()
+        allocation: Allocation | None = None
+        problem = None
+        try:
+            allocation = await read_allocation(socket, [state.name for state in states])
+        except AllocationUnknown as error:
+            problem = str(error)
+        resources = [
+            ResourceReport(
+                state.name,
+                state.count,
+                DEVICE_PLUGIN,
+                state.registered,
+                None if allocation is None else allocation.holders.get(state.name, ()),
+                None
+                if allocation is None or allocation.allocatable is None
+                else allocation.allocatable.get(state.name, 0),
+            )
+            for state in states
+        ]
+        node_status = self._config.advertised_by(NODE_STATUS).resources.values()
+        resources += [
+            ResourceReport(spec.name, spec.count, NODE_STATUS, None, None) for spec in node_status
+        ]
+        in_use = {r.name: r.in_use for r in resources if r.in_use is not None}
+        if (None if allocation is None else in_use) != self._in_use:
+            self._in_use = None if allocation is None else in_use
+            self._publish_status()
+        ordered = tuple(sorted(resources, key=lambda resource: resource.name))
+        return StatusReport(self._status(), str(socket), problem, ordered)
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         # Handlers only record the signal; the loop does the work.
@@ -242,7 +282,10 @@ class Agent:
         elif not states:
             text = "no device-plugin resources"
         else:
-            listed = ", ".join(f"{state.name}={state.count}" for state in states[:_STATUS_LISTED])
+            listed = ", ".join(
+                f"{state.name}={state.count}{self._in_use_suffix(state.name)}"
+                for state in states[:_STATUS_LISTED]
+            )
             if len(states) > _STATUS_LISTED:
                 listed += f", and {len(states) - _STATUS_LISTED} more"
             if self._reconciler.kubelet_present():
@@ -259,6 +302,10 @@ class Agent:
         if self._last_error:
             text += f"; last reload rejected: {self._last_error[:_STATUS_ERROR_CHARS]}"
         return text
+
+    def _in_use_suffix(self, name: str) -> str:
+        in_use = None if self._in_use is None else self._in_use.get(name)
+        return "" if in_use is None else f" ({in_use} in use)"
 
     async def _shut_down(self, loop: asyncio.AbstractEventLoop) -> None:
         for stop_signal in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
