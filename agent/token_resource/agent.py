@@ -13,7 +13,7 @@ import signal
 from collections.abc import Coroutine
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from token_resource.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.config import (
@@ -32,10 +32,14 @@ from token_resource.fswatch import DirectoryWatcher, FileEvent
 from token_resource.lock import directory_lock
 from token_resource.nodestatus import NodeStatusAdvertiser
 from token_resource.notify import SystemdNotifier
+from token_resource.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
 from token_resource.protocol import KUBELET_SOCKET
 from token_resource.reconciler import Reconciler
 from token_resource.report import ResourceReport, StatusReport
 from token_resource.sockets import is_agent_socket_name, remove_stale_sockets
+
+if TYPE_CHECKING:
+    from token_resource.exposition import Exposition
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,7 @@ _STATUS_ERROR_CHARS = 300
 
 
 class StartError(Exception):
-    """A configured resource could not be served at start."""
+    """Something configured could not start: a resource, or the metrics listener."""
 
 
 class Agent:
@@ -64,7 +68,19 @@ class Agent:
         self._config_dirs: set[Path] = set()
         self._notifier = notifier
         self._control = ControlServer(control_socket, self._on_control)
-        self._reconciler = Reconciler(config.agent.device_plugin_dir, self._publish_status)
+        self._observer: Observer = NullObserver()
+        # Only built when metrics are configured: the library is imported only then.
+        self._exposition: Exposition | None = None
+        if config.metrics.enabled:
+            from token_resource.exposition import Exposition  # noqa: PLC0415
+            from token_resource.metrics import Metrics  # noqa: PLC0415
+
+            metrics = Metrics(asyncio.get_running_loop(), self.report)
+            self._observer = metrics
+            self._exposition = Exposition(config.metrics, metrics.registry)
+        self._reconciler = Reconciler(
+            config.agent.device_plugin_dir, self._publish_status, self._observer
+        )
         # Tokens in use per resource, from the latest read of the kubelet's PodResources API
         # (for the STATUS= line); None when the last read failed or none was made yet.
         self._in_use: dict[str, int] | None = None
@@ -94,6 +110,8 @@ class Agent:
                 _, failures = await self._apply(self._initial)
                 if failures:
                     raise StartError("; ".join(failures))
+                self._observer.config_applied(APPLIED, initial=True)
+                self._start_exposition()
                 status = self._status()
                 self._notifier.ready(status)
                 log.info("ready: %s", status)
@@ -104,6 +122,14 @@ class Agent:
                 log.info("stopping: removing sockets")
             finally:
                 await self._shut_down(loop)
+
+    def _start_exposition(self) -> None:
+        if self._exposition is None:
+            return
+        try:
+            self._exposition.start()
+        except OSError as error:
+            raise StartError(f"metrics: cannot listen: {error.strerror or error}") from None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -125,9 +151,11 @@ class Agent:
         except ConfigError as error:
             self._last_error = str(error)
             log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
+            self._observer.config_applied(REJECTED, initial=False)
             return False, str(error)
         diff, failures = await self._apply(config)
         self._last_error = "; ".join(failures) or None
+        self._observer.config_applied(FAILED if failures else APPLIED, initial=False)
         described = _describe(diff)
         log.info("reload (%s): %s", trigger, described)
         if failures:
@@ -318,6 +346,8 @@ class Agent:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._control.close()
+        if self._exposition is not None:
+            await self._exposition.close()
         await self._reconciler.close()
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.

@@ -60,6 +60,12 @@ RUNTIME_LIBRARIES = {
     "watchdog": ("python3-watchdog", "watchdog"),
     "sdnotify": ("python3-sdnotify", "sdnotify"),
 }
+# Needed only with [metrics] configured; its package names differ between the distributions.
+METRICS_LIBRARY = "prometheus_client"
+METRICS_PACKAGES = (
+    "python3-prometheus-client (Debian), python3-prometheus_client (Fedora/RHEL; "
+    "pip: prometheus-client)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -231,6 +237,15 @@ def _run(args: argparse.Namespace) -> int:
         config = _load(args.config)
     except ConfigError as error:
         return _complain(error)
+    if config.metrics.enabled:
+        try:
+            importlib.import_module(METRICS_LIBRARY)
+        except ImportError:
+            logs.print_error(
+                f"token-resource: [metrics] needs the Python module {METRICS_LIBRARY}: "
+                f"install {METRICS_PACKAGES}"
+            )
+            return EXIT_FAILED
     control_socket = args.control_socket or default_control_socket()
 
     notifier = SystemdNotifier()
