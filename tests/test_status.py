@@ -3,17 +3,20 @@ with the real agent process, over real sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness import AgentProcess, write_file
+from tests.harness import AGENT_COMMAND, AgentProcess, write_file
 from tests.standin.kubelet import KubeletStandin
 from tests.standin.podresources import Admitted, PodResourcesStandin
 from tests.test_agent import TWO_RESOURCES, counts
+from token_resource.control import Answer, ControlServer
 
 LICENSE, TOKEN = "example.com/license", "example.com/token"
 
@@ -174,3 +177,27 @@ def test_a_kubelet_without_get_allocatable_resources_still_lists_holders(
     assert report["pod_resources"]["error"] is None
     assert resource(report, TOKEN)["kubelet_allocatable"] is None
     assert holders(report, TOKEN) == [("default/web-1/app", ["token-0"])]
+
+
+def test_an_agent_from_before_status_reports_has_its_line_printed_as_is(tmp_path: Path) -> None:
+    """During a package upgrade the command may be new and the running agent still old."""
+    path = tmp_path / "control.sock"
+    old_line = "2 resource(s), 2/2 registered: example.com/license=5, example.com/token=2"
+
+    async def old_agent(command: str) -> Answer:
+        return True, old_line
+
+    def status_command() -> subprocess.CompletedProcess[str]:
+        command = [*AGENT_COMMAND, "status", "--control-socket", str(path)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    async def scenario() -> subprocess.CompletedProcess[str]:
+        server = ControlServer(path, old_agent)
+        await server.start()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, status_command)
+        finally:
+            await server.close()
+
+    result = asyncio.run(scenario())
+    assert (result.returncode, result.stdout, result.stderr) == (0, old_line + "\n", "")
