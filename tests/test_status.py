@@ -7,9 +7,13 @@ import asyncio
 import json
 import socket
 import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import grpc
 import pytest
 
 from tests.harness import AGENT_COMMAND, AgentProcess, write_file
@@ -17,8 +21,11 @@ from tests.standin.kubelet import KubeletStandin
 from tests.standin.podresources import Admitted, PodResourcesStandin
 from tests.test_agent import TWO_RESOURCES, counts
 from token_resource.control import Answer, ControlServer
+from token_resource.protocol.podresources import pod_resources_handler
 
 LICENSE, TOKEN = "example.com/license", "example.com/token"
+# Generous: the agent gives the kubelet 2 s.
+TIMEOUT = 30.0
 
 
 def write_config(agent: AgentProcess, socket_path: Path, resources: str) -> None:
@@ -201,3 +208,33 @@ def test_an_agent_from_before_status_reports_has_its_line_printed_as_is(tmp_path
 
     result = asyncio.run(scenario())
     assert (result.returncode, result.stdout, result.stderr) == (0, old_line + "\n", "")
+
+
+def test_a_kubelet_that_does_not_answer_costs_status_two_seconds_and_nothing_else(
+    agent: AgentProcess, kubelet: KubeletStandin, pod_resources_dir: Path
+) -> None:
+    stuck = pod_resources_dir / "kubelet.sock"
+    release = threading.Event()
+
+    def never_answers(request: object, context: object) -> NoReturn:
+        release.wait(TIMEOUT)
+        raise RuntimeError("released")
+
+    server = grpc.server(
+        ThreadPoolExecutor(2), handlers=[pod_resources_handler(never_answers, None)]
+    )
+    server.add_insecure_port(f"unix:{stuck}")
+    server.start()
+    try:
+        serve(agent, kubelet, stuck)
+        started = time.monotonic()
+        report = status(agent)
+        assert time.monotonic() - started < TIMEOUT
+        assert report["pod_resources"]["error"] == (
+            f"the kubelet's PodResources API at {stuck} did not answer within 2 s"
+        )
+        assert resource(report, LICENSE)["registered"] is True
+        assert kubelet.allocate(LICENSE, ["token-0"]).container_responses
+    finally:
+        release.set()
+        server.stop(None).wait()

@@ -5,6 +5,7 @@ Read on demand only (``status``, metrics) and with a short timeout: serving neve
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,17 @@ class AllocationUnknown(Exception):
 async def read_allocation(
     socket: Path, resources: Collection[str], timeout: float = READ_TIMEOUT_SECONDS
 ) -> Allocation:
-    """The allocations of ``resources`` (other resources are left out); or AllocationUnknown."""
+    """The allocations of ``resources`` (other resources are left out), both calls within
+    ``timeout`` together; or AllocationUnknown."""
+    try:
+        return await asyncio.wait_for(_read(socket, frozenset(resources)), timeout)
+    except asyncio.TimeoutError:
+        raise AllocationUnknown(
+            f"the kubelet's PodResources API at {socket} did not answer within {timeout:g} s"
+        ) from None
+
+
+async def _read(socket: Path, resources: frozenset[str]) -> Allocation:
     if not socket.is_socket():  # noqa: ASYNC240 (one stat of a local path)
         raise AllocationUnknown(
             f"no PodResources socket at {socket} (a kubelet without the API, or another path)"
@@ -53,11 +64,9 @@ async def read_allocation(
             response_deserializer=pb.AllocatableResourcesResponse.FromString,
         )
         try:
-            pods = await list_pods(pb.ListPodResourcesRequest(), timeout=timeout)
+            pods = await list_pods(pb.ListPodResourcesRequest())
             try:
-                allocatable = await get_allocatable(
-                    pb.AllocatableResourcesRequest(), timeout=timeout
-                )
+                allocatable = await get_allocatable(pb.AllocatableResourcesRequest())
             except grpc.aio.AioRpcError as error:
                 if error.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
@@ -68,8 +77,8 @@ async def read_allocation(
                 f"{error.code().name}: {error.details()}"
             ) from None
     return Allocation(
-        _holders(pods, frozenset(resources)),
-        None if allocatable is None else _allocatable(allocatable, frozenset(resources)),
+        _holders(pods, resources),
+        None if allocatable is None else _allocatable(allocatable, resources),
     )
 
 
