@@ -3,6 +3,8 @@ textfile, against the kubelet stand-in with pods holding tokens."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import socket
 import time
@@ -228,11 +230,13 @@ def test_a_listen_address_in_use_stops_the_start(
 def test_by_default_no_tcp_port_is_open(agent: AgentProcess, kubelet: KubeletStandin) -> None:
     agent.write_config(TWO_RESOURCES)
     agent.start()
+    kubelet.wait_for(counts((TOKEN, 2), (LICENSE, 5)))
     assert agent.process is not None
-    fds = Path(f"/proc/{agent.process.pid}/fd")
-    inodes = {
-        link.readlink().name for link in fds.iterdir() if link.readlink().name.startswith("socket:")
-    }
+    inodes = set()
+    for link in Path(f"/proc/{agent.process.pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile by a gRPC thread
+            inodes.add(os.readlink(link))
+    inodes = {target for target in inodes if target.startswith("socket:")}
     listening = {
         f"socket:[{fields[9]}]"
         for table in ("/proc/net/tcp", "/proc/net/tcp6")

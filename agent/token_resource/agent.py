@@ -103,6 +103,8 @@ class Agent:
             remove_stale_sockets(directory)
             try:
                 await self._control.start()
+                # Before any plugin registers: a listen address in use ends the start at once.
+                self._start_exposition()
                 self._watcher.watch(directory)
                 self._watch_config()
                 self._watcher.start()
@@ -111,7 +113,6 @@ class Agent:
                 if failures:
                     raise StartError("; ".join(failures))
                 self._observer.config_applied(APPLIED, initial=True)
-                self._start_exposition()
                 status = self._status()
                 self._notifier.ready(status)
                 log.info("ready: %s", status)
