@@ -145,7 +145,8 @@ def test_reloads_by_result_and_a_resize_below_the_tokens_in_use(
     kubelet.wait_for(counts((TOKEN, 2), (LICENSE, 1)))
     samples = eventually(
         lambda: scrape(metrics_url),
-        lambda s: value(s, "token_resource_reloads_total", result="applied") == 1,
+        # A write may come as more than one file event, and so more than one reload.
+        lambda s: (value(s, "token_resource_reloads_total", result="applied") or 0) >= 1,
     )
     assert value(samples, "token_resource_tokens_configured", resource=LICENSE) == 1
     assert value(samples, "token_resource_tokens_allocated", resource=LICENSE) == 3
@@ -155,7 +156,7 @@ def test_reloads_by_result_and_a_resize_below_the_tokens_in_use(
     write_file(agent.config_path, "[resources]\nbroken = ", atomic=True)
     samples = eventually(
         lambda: scrape(metrics_url),
-        lambda s: value(s, "token_resource_reloads_total", result="rejected") == 1,
+        lambda s: (value(s, "token_resource_reloads_total", result="rejected") or 0) >= 1,
     )
     assert value(samples, "token_resource_tokens_configured", resource=LICENSE) == 1
 
