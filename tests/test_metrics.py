@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import AgentProcess, write_file
-from tests.standin.kubelet import KubeletStandin
+from tests.harness import TWO_RESOURCES, AgentProcess, write_file
+from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.standin.podresources import PodResourcesStandin
-from tests.test_agent import TWO_RESOURCES, counts
 from tests.test_status import LICENSE, TOKEN
 from token_resource import __version__
 
@@ -82,7 +81,7 @@ def metrics_url(
     outputs = f'listen = "127.0.0.1:0"\ntextfile = "{textfile}"\n'
     config(agent, pod_resources.socket_path, TWO_RESOURCES, outputs)
     agent.start()
-    kubelet.wait_for(counts((TOKEN, 2), (LICENSE, 5)))
+    kubelet.wait_for(serves_exactly({TOKEN: 2, LICENSE: 5}))
     pod_resources.admit_pod("default", "web-1", "app", LICENSE, 2)
     pod_resources.admit_pod("batch", "job-7", "worker", LICENSE, 1)
     found = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+/metrics)", agent.log())
@@ -142,7 +141,7 @@ def test_reloads_by_result_and_a_resize_below_the_tokens_in_use(
     socket_path = agent.config_path.read_text().split('pod_resources_socket = "')[1].split('"')[0]
     outputs = agent.config_path.read_text().split("[metrics]\n")[1]
     config(agent, Path(socket_path), TWO_RESOURCES.replace("count = 5", "count = 1"), outputs)
-    kubelet.wait_for(counts((TOKEN, 2), (LICENSE, 1)))
+    kubelet.wait_for(serves_exactly({TOKEN: 2, LICENSE: 1}))
     samples = eventually(
         lambda: scrape(metrics_url),
         # A write may come as more than one file event, and so more than one reload.
@@ -204,7 +203,7 @@ def test_without_the_pod_resources_socket_only_allocation_is_missing(
 ) -> None:
     config(agent, tmp_path / "missing.sock", TWO_RESOURCES, 'listen = "127.0.0.1:0"\n')
     agent.start()
-    kubelet.wait_for(counts((TOKEN, 2), (LICENSE, 5)))
+    kubelet.wait_for(serves_exactly({TOKEN: 2, LICENSE: 5}))
     found = re.search(r"metrics: serving (http://\S+/metrics)", agent.log())
     assert found, agent.log()
     samples = scrape(found[1])
@@ -231,7 +230,7 @@ def test_a_listen_address_in_use_stops_the_start(
 def test_by_default_no_tcp_port_is_open(agent: AgentProcess, kubelet: KubeletStandin) -> None:
     agent.write_config(TWO_RESOURCES)
     agent.start()
-    kubelet.wait_for(counts((TOKEN, 2), (LICENSE, 5)))
+    kubelet.wait_for(serves_exactly({TOKEN: 2, LICENSE: 5}))
     assert agent.process is not None
     inodes = set()
     for link in Path(f"/proc/{agent.process.pid}/fd").iterdir():

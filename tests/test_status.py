@@ -16,10 +16,9 @@ from typing import Any, NoReturn
 import grpc
 import pytest
 
-from tests.harness import AGENT_COMMAND, AgentProcess, write_file
-from tests.standin.kubelet import KubeletStandin
+from tests.harness import AGENT_COMMAND, TWO_RESOURCES, AgentProcess, write_file
+from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.standin.podresources import Admitted, PodResourcesStandin
-from tests.test_agent import TWO_RESOURCES, counts
 from token_resource.control import Answer, ControlServer
 from token_resource.protocol.podresources import pod_resources_handler
 
@@ -37,7 +36,7 @@ def write_config(agent: AgentProcess, socket_path: Path, resources: str) -> None
 def serve(agent: AgentProcess, kubelet: KubeletStandin, socket_path: Path) -> None:
     write_config(agent, socket_path, TWO_RESOURCES)
     agent.start()
-    kubelet.wait_for(counts((TOKEN, 2), (LICENSE, 5)))
+    kubelet.wait_for(serves_exactly({TOKEN: 2, LICENSE: 5}))
 
 
 def status(agent: AgentProcess) -> dict[str, Any]:
@@ -130,7 +129,7 @@ def test_a_count_lowered_below_the_tokens_in_use_shows_the_excess(
     admitted: PodResourcesStandin, agent: AgentProcess, kubelet: KubeletStandin
 ) -> None:
     write_config(agent, admitted.socket_path, TWO_RESOURCES.replace("count = 5", "count = 1"))
-    kubelet.wait_for(counts((TOKEN, 2), (LICENSE, 1)))
+    kubelet.wait_for(serves_exactly({TOKEN: 2, LICENSE: 1}))
     report = status(agent)
     license_ = resource(report, LICENSE)
     # The pods keep token-1 and token-2, which are no longer advertised: nothing is free.
