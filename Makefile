@@ -50,8 +50,8 @@ unit: $(OLDEST)/.installed $(NEWEST)/.installed $(RHEL9)/.installed
 test: lint proto-check unit system-test
 
 # protoc (3.21, from grpcio-tools 1.51) writes the typing stubs of the protocol module and its
-# description of deviceplugin.proto, which tests/test_protocol.py compares the module's own
-# descriptor with. The classes themselves are built at import time (protocol/descriptor.py).
+# description of each .proto, which tests/test_protocol.py compares the modules' own
+# descriptors with. The classes themselves are built at import time (protocol/descriptor.py).
 PROTOC := $(VENV_DIR)/protoc/bin/python -m grpc_tools.protoc
 PROTO_OUT ?= .
 # Under the oldest Python, which make test has anyway (grpcio-tools 1.51 has wheels up to 3.11).
@@ -60,19 +60,24 @@ $(VENV_DIR)/protoc/.installed:
 	$(VENV_DIR)/protoc/bin/pip install --quiet 'grpcio-tools==1.51.3'
 	touch $@
 
+PROTO_FILES := deviceplugin podresources
 proto: $(VENV_DIR)/protoc/.installed
 	mkdir -p $(PROTO_OUT)/agent $(PROTO_OUT)/tests
-	cd agent && ../$(PROTOC) -I. --pyi_out=$(abspath $(PROTO_OUT))/agent \
-		--descriptor_set_out=$(abspath $(PROTO_OUT))/tests/deviceplugin.desc \
-		token_resource/protocol/deviceplugin.proto
+	cd agent && for name in $(PROTO_FILES); do \
+		../$(PROTOC) -I. --pyi_out=$(abspath $(PROTO_OUT))/agent \
+			--descriptor_set_out=$(abspath $(PROTO_OUT))/tests/$$name.desc \
+			token_resource/protocol/$$name.proto || exit 1; \
+	done
 
 # Fails when the checked-in stubs or descriptor are not what protoc makes of the .proto now.
 proto-check: $(VENV_DIR)/protoc/.installed
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(MAKE) -s proto PROTO_OUT=$$tmp && \
-	cmp $$tmp/tests/deviceplugin.desc tests/deviceplugin.desc && \
-	cmp $$tmp/agent/token_resource/protocol/deviceplugin_pb2.pyi \
-		agent/token_resource/protocol/deviceplugin_pb2.pyi
+	for name in $(PROTO_FILES); do \
+		cmp $$tmp/tests/$$name.desc tests/$$name.desc && \
+		cmp $$tmp/agent/token_resource/protocol/$${name}_pb2.pyi \
+			agent/token_resource/protocol/$${name}_pb2.pyi || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV_DIR) dist build agent/*.egg-info

@@ -17,6 +17,7 @@ import pytest
 
 from tests.harness import AgentProcess
 from tests.standin.kubelet import KubeletStandin
+from tests.standin.podresources import PodResourcesStandin
 
 
 @pytest.fixture
@@ -33,6 +34,24 @@ def device_plugin_dir() -> Iterator[Path]:
 @pytest.fixture
 def kubelet(device_plugin_dir: Path) -> Iterator[KubeletStandin]:
     with KubeletStandin(device_plugin_dir) as standin:
+        yield standin
+
+
+@pytest.fixture
+def pod_resources_dir() -> Iterator[Path]:
+    """Where the kubelet stand-in serves PodResources (short, like device_plugin_dir)."""
+    directory = Path(tempfile.mkdtemp(prefix="tr-pr-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def pod_resources(
+    kubelet: KubeletStandin, pod_resources_dir: Path
+) -> Iterator[PodResourcesStandin]:
+    with PodResourcesStandin(kubelet, pod_resources_dir) as standin:
         yield standin
 
 

@@ -120,7 +120,7 @@ def test_check_reports_every_error_in_the_files_in_one_run(tmp_path: Path) -> No
         assert (code, out) == (1, "")
         assert err.splitlines() == [
             f'{prefix} {main}, line 5, key agent.foo: unknown key "foo"; allowed: '
-            "device_plugin_dir",
+            "device_plugin_dir, pod_resources_socket",
             f"{prefix} {main}, line 7, key kubernetes.resync_seconds: resync_seconds must be a "
             "number between 1 and 3600, got 0",
             f'{prefix} {main}, line 2, key resources."example.com/token": count must be an '

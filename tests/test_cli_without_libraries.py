@@ -20,7 +20,7 @@ import pytest
 
 import token_resource
 from token_resource import cli
-from token_resource.cli import RUNTIME_LIBRARIES
+from token_resource.cli import METRICS_LIBRARY, RUNTIME_LIBRARIES
 
 AGENT_SOURCE = Path(token_resource.__file__).resolve().parents[1]
 VALID = '[agent]\ndevice_plugin_dir = "{dir}"\n\n[resources]\n"example.com/token" = 2\n'
@@ -153,6 +153,27 @@ def test_run_without_one_library(module: str, configs: dict[str, Path]) -> None:
         f"token-resource: cannot run without the Python module {module}: "
         f"install {package} (Debian, Fedora/RHEL; pip: {pypi})"
     ]
+
+
+def test_metrics_need_prometheus_client_only_when_configured(
+    configs: dict[str, Path], tmp_path: Path
+) -> None:
+    with_metrics = tmp_path / "metrics.toml"
+    with_metrics.write_text(configs["valid"].read_text() + '[metrics]\nlisten = "127.0.0.1:0"\n')
+    result = without([METRICS_LIBRARY], ["run", "--config", str(with_metrics)])
+    assert (result.returncode, result.stdout) == (1, ""), result
+    assert result.stderr.splitlines() == [
+        "token-resource: [metrics] needs the Python module prometheus_client: install "
+        "python3-prometheus-client (Debian), python3-prometheus_client (Fedora/RHEL; "
+        "pip: prometheus-client)"
+    ]
+    checked = without([METRICS_LIBRARY], ["check", "--config", str(with_metrics)])
+    assert (checked.returncode, checked.stderr) == (0, ""), checked
+    assert "metrics: http://127.0.0.1:0/metrics" in checked.stdout
+    # Without [metrics], the agent's modules import (and run) without the library.
+    block = f"import sys; sys.modules['{METRICS_LIBRARY}'] = None; import token_resource.agent"
+    imported = run(["-c", block], [], os.environ.get("PYTHONPATH", str(AGENT_SOURCE)))
+    assert (imported.returncode, imported.stderr) == (0, ""), imported
 
 
 def test_check_without_sdnotify_under_systemd(configs: dict[str, Path], tmp_path: Path) -> None:

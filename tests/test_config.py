@@ -293,15 +293,20 @@ def test_deeply_nested_toml_is_a_config_error() -> None:
 @pytest.mark.parametrize(
     ("text", "key", "line", "allowed"),
     [
-        ("\ncluster = 1\n", "cluster", 2, "agent, kubernetes, resources"),
-        ("[cluster.api]\nurl = 1\n", "cluster", 1, "agent, kubernetes, resources"),
+        ("\ncluster = 1\n", "cluster", 2, "agent, kubernetes, metrics, resources"),
+        ("[cluster.api]\nurl = 1\n", "cluster", 1, "agent, kubernetes, metrics, resources"),
         (
             "[kubernetes]\nserver = 1\n",
             "kubernetes.server",
             2,
             "in_cluster, kubeconfig, node_name, resync_seconds",
         ),
-        ('[agent]\ndevice_plugin_dir = "/x"\nsocket = 1\n', "agent.socket", 3, "device_plugin_dir"),
+        (
+            '[agent]\ndevice_plugin_dir = "/x"\nsocket = 1\n',
+            "agent.socket",
+            3,
+            "device_plugin_dir, pod_resources_socket",
+        ),
         (
             '[resources."example.com/token"]\ncount = 1\ncolour = true\n',
             f"{TOKEN_KEY}.colour",

@@ -28,7 +28,12 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from token_resource.config import DEFAULT_DEVICE_PLUGIN_DIR, Config, parse_config
+from token_resource.config import (
+    DEFAULT_DEVICE_PLUGIN_DIR,
+    DEFAULT_POD_RESOURCES_SOCKET,
+    Config,
+    parse_config,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,9 +45,10 @@ DEPLOY = REPO / "deploy" / "kubernetes"
 BASE = "base"
 EXAMPLE = "overlays/example"
 POOLS = "overlays/node-pools"
+METRICS = "overlays/metrics"
 DEMO = "examples/token-demo"
 # Every kustomization a user is told to apply.
-KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, DEMO)
+KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, METRICS, DEMO)
 
 # The oldest Kubernetes whose schemas the manifests must pass (DaemonSet maxSurge and seccomp
 # fields are long GA there), and the newest whose schemas kubernetes-validate ships.
@@ -489,6 +495,16 @@ def test_every_daemonset_mounts_the_kubelet_directory_the_configmap_and_a_runtim
         runtime = volumes[mounts[CONTROL_DIR]["name"]]
         assert runtime["emptyDir"]["medium"] == "Memory", kustomization
 
+        # Who holds the tokens: the kubelet's PodResources socket where the agent looks.
+        pod_resources = str(DEFAULT_POD_RESOURCES_SOCKET.parent)
+        assert mounts[pod_resources]["readOnly"] is True
+        assert volumes[mounts[pod_resources]["name"]]["hostPath"] == {
+            "path": pod_resources,
+            "type": "Directory",
+        }
+        config = agent_config(objects, daemon_set)
+        assert config.agent.pod_resources_socket == DEFAULT_POD_RESOURCES_SOCKET, kustomization
+
 
 def test_every_daemonset_runs_the_agent_on_its_configmap_and_probes_its_control_socket() -> None:
     for kustomization, objects, daemon_set in daemon_sets():
@@ -606,6 +622,20 @@ def test_the_demo_asks_for_more_tokens_than_a_node_of_the_base_has() -> None:
 
 
 # --- the README ---------------------------------------------------------------------------------
+
+
+def test_only_the_metrics_overlay_opens_a_port_and_its_annotations_name_it() -> None:
+    for kustomization, objects, daemon_set in daemon_sets():
+        listen = agent_config(objects, daemon_set).metrics.listen
+        annotations = daemon_set["spec"]["template"]["metadata"].get("annotations", {})
+        if kustomization != METRICS:
+            assert listen is None, kustomization
+            assert not any(key.startswith("prometheus.io/") for key in annotations)
+            continue
+        # The pod's own network namespace: every address, so that Prometheus reaches it.
+        assert listen == ("0.0.0.0", int(annotations["prometheus.io/port"]))
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/path"] == "/metrics"
 
 
 def test_the_readme_applies_only_kustomizations_that_exist_and_are_tested() -> None:

@@ -9,38 +9,62 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from google.protobuf import descriptor_pb2
 
-from token_resource.protocol import descriptor
+from token_resource.protocol import (
+    deviceplugin_descriptor,
+    podresources_descriptor,
+    podresources_pb2,
+)
 from token_resource.protocol import deviceplugin_pb2 as pb
+from token_resource.protocol.descriptor import ProtoFile
 
-PROTOC_DESCRIPTOR = Path(__file__).with_name("deviceplugin.desc")
+HERE = Path(__file__).parent
+# Each protocol: its descriptor, its module of classes, and protoc's description of its .proto.
+PROTOCOLS = {
+    "deviceplugin": (deviceplugin_descriptor.FILE, pb),
+    "podresources": (podresources_descriptor.FILE, podresources_pb2),
+}
+protocols = pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 
 
-def protoc_file() -> descriptor_pb2.FileDescriptorProto:
-    files = descriptor_pb2.FileDescriptorSet.FromString(PROTOC_DESCRIPTOR.read_bytes()).file
+def protoc_file(protocol: str) -> descriptor_pb2.FileDescriptorProto:
+    data = (HERE / f"{protocol}.desc").read_bytes()
+    files = descriptor_pb2.FileDescriptorSet.FromString(data).file
     assert len(files) == 1
     return files[0]
 
 
-def test_descriptor_is_what_protoc_makes_of_the_proto() -> None:
-    built = descriptor.file_descriptor_proto()
+def file_of(protocol: str) -> ProtoFile:
+    return PROTOCOLS[protocol][0]
+
+
+@protocols
+def test_descriptor_is_what_protoc_makes_of_the_proto(protocol: str) -> None:
+    built = file_of(protocol).file_descriptor_proto()
+    expected = protoc_file(protocol)
     # Compared as messages first for a readable difference, then byte for byte.
-    assert built == protoc_file(), f"built:\n{built}\nprotoc:\n{protoc_file()}"
-    assert built.SerializeToString() == protoc_file().SerializeToString()
+    assert built == expected, f"built:\n{built}\nprotoc:\n{expected}"
+    assert built.SerializeToString() == expected.SerializeToString()
 
 
-def test_the_loaded_file_is_that_descriptor() -> None:
-    loaded = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
-    assert loaded.SerializeToString() == protoc_file().SerializeToString()
-    assert pb.Device.DESCRIPTOR.full_name == "v1beta1.Device"
+@protocols
+def test_the_loaded_file_is_that_descriptor(protocol: str) -> None:
+    module = PROTOCOLS[protocol][1]
+    loaded = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+    assert loaded.SerializeToString() == protoc_file(protocol).SerializeToString()
 
 
-def test_every_message_of_the_proto_is_a_class_of_the_module() -> None:
-    names = {message.name for message in protoc_file().message_type}
-    assert names == set(descriptor.MESSAGES)
+@protocols
+def test_every_message_of_the_proto_is_a_class_of_the_module(protocol: str) -> None:
+    names = {message.name for message in protoc_file(protocol).message_type}
+    assert names == set(file_of(protocol).messages)
+    module = PROTOCOLS[protocol][1]
     for name in names:
-        assert getattr(pb, name).DESCRIPTOR.name == name
+        assert getattr(module, name).DESCRIPTOR.name == name
+    assert pb.Device.DESCRIPTOR.full_name == "v1beta1.Device"
+    assert podresources_pb2.PodResources.DESCRIPTOR.full_name == "v1.PodResources"
 
 
 def test_messages_keep_maps_nesting_and_repeated_fields_over_the_wire() -> None:

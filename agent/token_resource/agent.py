@@ -7,13 +7,15 @@ on one asyncio loop; watchdog's thread and signal handlers only hand events to i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 from collections.abc import Coroutine
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from token_resource.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.config import (
     DEVICE_PLUGIN,
     NODE_STATUS,
@@ -30,9 +32,14 @@ from token_resource.fswatch import DirectoryWatcher, FileEvent
 from token_resource.lock import directory_lock
 from token_resource.nodestatus import NodeStatusAdvertiser
 from token_resource.notify import SystemdNotifier
+from token_resource.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
 from token_resource.protocol import KUBELET_SOCKET
 from token_resource.reconciler import Reconciler
+from token_resource.report import ResourceReport, StatusReport
 from token_resource.sockets import is_agent_socket_name, remove_stale_sockets
+
+if TYPE_CHECKING:
+    from token_resource.exposition import Exposition
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +50,7 @@ _STATUS_ERROR_CHARS = 300
 
 
 class StartError(Exception):
-    """A configured resource could not be served at start."""
+    """Something configured could not start: a resource, or the metrics listener."""
 
 
 class Agent:
@@ -53,13 +60,30 @@ class Agent:
         """Construct inside the running loop (Python 3.9's asyncio primitives bind to it)."""
         self._initial = config
         # Nothing is served until run() applies the initial config as a diff from nothing.
-        self._config = Config(agent=config.agent, resources=MappingProxyType({}), files=())
+        self._config = Config(
+            agent=config.agent, resources=MappingProxyType({}), files=(), metrics=config.metrics
+        )
         self._config_path = config_path
         self._config_paths = ConfigPaths(config_path)
         self._config_dirs: set[Path] = set()
         self._notifier = notifier
         self._control = ControlServer(control_socket, self._on_control)
-        self._reconciler = Reconciler(config.agent.device_plugin_dir, self._publish_status)
+        self._observer: Observer = NullObserver()
+        # Only built when metrics are configured: the library is imported only then.
+        self._exposition: Exposition | None = None
+        if config.metrics.enabled:
+            from token_resource.exposition import Exposition  # noqa: PLC0415
+            from token_resource.metrics import Metrics  # noqa: PLC0415
+
+            metrics = Metrics(asyncio.get_running_loop(), self.report)
+            self._observer = metrics
+            self._exposition = Exposition(config.metrics, metrics.registry)
+        self._reconciler = Reconciler(
+            config.agent.device_plugin_dir, self._publish_status, self._observer
+        )
+        # Tokens in use per resource, from the latest read of the kubelet's PodResources API
+        # (for the STATUS= line); None when the last read failed or none was made yet.
+        self._in_use: dict[str, int] | None = None
         # Only built once the config uses the API server (Config.uses_api_server).
         self._advertiser: NodeStatusAdvertiser | None = None
         self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
@@ -79,6 +103,8 @@ class Agent:
             remove_stale_sockets(directory)
             try:
                 await self._control.start()
+                # Before any plugin registers: a listen address in use ends the start at once.
+                self._start_exposition()
                 self._watcher.watch(directory)
                 self._watch_config()
                 self._watcher.start()
@@ -86,6 +112,7 @@ class Agent:
                 _, failures = await self._apply(self._initial)
                 if failures:
                     raise StartError("; ".join(failures))
+                self._observer.config_applied(APPLIED, initial=True)
                 status = self._status()
                 self._notifier.ready(status)
                 log.info("ready: %s", status)
@@ -96,6 +123,14 @@ class Agent:
                 log.info("stopping: removing sockets")
             finally:
                 await self._shut_down(loop)
+
+    def _start_exposition(self) -> None:
+        if self._exposition is None:
+            return
+        try:
+            self._exposition.start()
+        except OSError as error:
+            raise StartError(f"metrics: cannot listen: {error.strerror or error}") from None
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -113,13 +148,15 @@ class Agent:
 
     async def _reload(self, trigger: str) -> Answer:
         try:
-            config = load_reload(self._config_path, self._config.agent)
+            config = load_reload(self._config_path, self._config.agent, self._config.metrics)
         except ConfigError as error:
             self._last_error = str(error)
             log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
+            self._observer.config_applied(REJECTED, initial=False)
             return False, str(error)
         diff, failures = await self._apply(config)
         self._last_error = "; ".join(failures) or None
+        self._observer.config_applied(FAILED if failures else APPLIED, initial=False)
         described = _describe(diff)
         log.info("reload (%s): %s", trigger, described)
         if failures:
@@ -201,7 +238,41 @@ class Agent:
     async def _on_control(self, command: str) -> Answer:
         if command == "reload":
             return await self.reload("reload command")
-        return True, self._status()
+        return True, json.dumps((await self.report()).to_json())
+
+    async def report(self) -> StatusReport:
+        """What ``status`` and the metrics show, with a fresh read of who holds the tokens."""
+        socket = self._config.agent.pod_resources_socket
+        states = self._reconciler.states()
+        allocation: Allocation | None = None
+        problem = None
+        try:
+            allocation = await read_allocation(socket, [state.name for state in states])
+        except AllocationUnknown as error:
+            problem = str(error)
+        resources = [
+            ResourceReport(
+                state.name,
+                state.count,
+                DEVICE_PLUGIN,
+                state.registered,
+                None if allocation is None else allocation.holders.get(state.name, ()),
+                None
+                if allocation is None or allocation.allocatable is None
+                else allocation.allocatable.get(state.name, 0),
+            )
+            for state in states
+        ]
+        node_status = self._config.advertised_by(NODE_STATUS).resources.values()
+        resources += [
+            ResourceReport(spec.name, spec.count, NODE_STATUS, None, None) for spec in node_status
+        ]
+        in_use = {r.name: r.in_use for r in resources if r.in_use is not None}
+        if (None if allocation is None else in_use) != self._in_use:
+            self._in_use = None if allocation is None else in_use
+            self._publish_status()
+        ordered = tuple(sorted(resources, key=lambda resource: resource.name))
+        return StatusReport(self._status(), str(socket), problem, ordered)
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         # Handlers only record the signal; the loop does the work.
@@ -240,7 +311,10 @@ class Agent:
         elif not states:
             text = "no device-plugin resources"
         else:
-            listed = ", ".join(f"{state.name}={state.count}" for state in states[:_STATUS_LISTED])
+            listed = ", ".join(
+                f"{state.name}={state.count}{self._in_use_suffix(state.name)}"
+                for state in states[:_STATUS_LISTED]
+            )
             if len(states) > _STATUS_LISTED:
                 listed += f", and {len(states) - _STATUS_LISTED} more"
             if self._reconciler.kubelet_present():
@@ -258,6 +332,10 @@ class Agent:
             text += f"; last reload rejected: {self._last_error[:_STATUS_ERROR_CHARS]}"
         return text
 
+    def _in_use_suffix(self, name: str) -> str:
+        in_use = None if self._in_use is None else self._in_use.get(name)
+        return "" if in_use is None else f" ({in_use} in use)"
+
     async def _shut_down(self, loop: asyncio.AbstractEventLoop) -> None:
         for stop_signal in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(stop_signal)
@@ -269,6 +347,8 @@ class Agent:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._control.close()
+        if self._exposition is not None:
+            await self._exposition.close()
         await self._reconciler.close()
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.

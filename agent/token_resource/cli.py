@@ -21,12 +21,14 @@ from typing import NoReturn
 from token_resource import __version__, logs
 from token_resource.config import (
     DEFAULT_CONFIG_PATH,
+    DEFAULT_POD_RESOURCES_SOCKET,
     DEVICE_PLUGIN,
     MAX_COUNT,
     Config,
     ConfigError,
     KubernetesSettings,
     ResourceSpec,
+    format_listen,
     load_config,
     resource_name_problem,
     validate_config,
@@ -42,6 +44,7 @@ from token_resource.kube import (
     load_credentials,
     node_name,
 )
+from token_resource.report import render_text
 from token_resource.sockets import SocketPathError, socket_name
 
 EXIT_OK = 0
@@ -57,6 +60,12 @@ RUNTIME_LIBRARIES = {
     "watchdog": ("python3-watchdog", "watchdog"),
     "sdnotify": ("python3-sdnotify", "sdnotify"),
 }
+# Needed only with [metrics] configured; its package names differ between the distributions.
+METRICS_LIBRARY = "prometheus_client"
+METRICS_PACKAGES = (
+    "python3-prometheus-client (Debian), python3-prometheus_client (Fedora/RHEL; "
+    "pip: prometheus-client)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--timeout", type=float, default=RELOAD_TIMEOUT, help="seconds to wait"
         )
+        if name == "status":
+            command.add_argument(
+                "--json", action="store_true", help="the same as JSON, for scripts and Ansible"
+            )
 
     node = commands.add_parser(
         "node-status",
@@ -224,6 +237,15 @@ def _run(args: argparse.Namespace) -> int:
         config = _load(args.config)
     except ConfigError as error:
         return _complain(error)
+    if config.metrics.enabled:
+        try:
+            importlib.import_module(METRICS_LIBRARY)
+        except ImportError:
+            logs.print_error(
+                f"token-resource: [metrics] needs the Python module {METRICS_LIBRARY}: "
+                f"install {METRICS_PACKAGES}"
+            )
+            return EXIT_FAILED
     control_socket = args.control_socket or default_control_socket()
 
     notifier = SystemdNotifier()
@@ -257,6 +279,15 @@ def _check(args: argparse.Namespace) -> int:
     print(f"device-plugin directory: {config.agent.device_plugin_dir}")
     if config.uses_api_server:
         print(f"node status: {_api_access(config.kubernetes)}")
+    if config.agent.pod_resources_socket != DEFAULT_POD_RESOURCES_SOCKET:
+        print(f"PodResources socket (who holds the tokens): {config.agent.pod_resources_socket}")
+    metrics = config.metrics
+    if metrics.enabled:
+        outputs = [
+            *([f"textfile {metrics.textfile}"] if metrics.textfile is not None else []),
+            *([f"http://{format_listen(metrics.listen)}/metrics"] if metrics.listen else []),
+        ]
+        print(f"metrics: {', '.join(outputs)}")
     if not config.resources:
         print("no resources configured")
     for spec in config.resources.values():
@@ -313,11 +344,25 @@ def _notify_status(status: str) -> None:
 
 
 def _reload(args: argparse.Namespace) -> int:
-    return _ask(args, "reload")
+    answer = _ask(args, "reload")
+    if answer is None:
+        return EXIT_FAILED
+    print(answer)
+    return EXIT_OK
 
 
 def _status(args: argparse.Namespace) -> int:
-    return _ask(args, "status")
+    answer = _ask(args, "status")
+    if answer is None:
+        return EXIT_FAILED
+    try:
+        report = json.loads(answer)
+    except ValueError:
+        # An agent from before status reports (a package upgrade not yet restarted it).
+        print(answer)
+        return EXIT_OK
+    print(json.dumps(report, indent=2) if args.json else render_text(report))
+    return EXIT_OK
 
 
 def _node_status(args: argparse.Namespace) -> int:
@@ -372,11 +417,10 @@ def _is_extended(name: str) -> bool:
     return resource_name_problem(name) is None
 
 
-def _ask(args: argparse.Namespace, command: str) -> int:
+def _ask(args: argparse.Namespace, command: str) -> str | None:
+    """The agent's answer to ``command``; None, with the reason on stderr, without one."""
     try:
-        answer = request(args.control_socket or default_control_socket(), command, args.timeout)
+        return request(args.control_socket or default_control_socket(), command, args.timeout)
     except ControlError as error:
         logs.print_error(f"token-resource {command}: {error}")
-        return EXIT_FAILED
-    print(answer)
-    return EXIT_OK
+        return None

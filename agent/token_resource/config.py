@@ -8,6 +8,7 @@ The format (the main file and every drop-in share it)::
 
     [agent]
     device_plugin_dir = "/var/lib/kubelet/device-plugins"   # optional, absolute
+    pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock"  # who holds tokens
 
     [resources]
     "example.com/token" = 2                # shorthand: a count
@@ -25,6 +26,10 @@ The format (the main file and every drop-in share it)::
     node_name = "node-1"                   # default: the host name, lower-cased
     resync_seconds = 30                    # how often the Node is re-read and put right
 
+    [metrics]                              # Prometheus metrics; both off by default
+    textfile = "/var/lib/prometheus/node-exporter/token-resource.prom"  # node_exporter's
+    listen = "127.0.0.1:9464"              # an HTTP listener (IP address and port)
+
 Drop-ins (``<stem>.d/*.toml`` next to the main file, in lexical order) override the main file
 key by key, as systemd's drop-ins do: a later file that sets a resource's ``count`` keeps the
 ``env`` an earlier file gave it. A later file takes a resource away with ``remove = true``::
@@ -38,6 +43,7 @@ main file is what a half-done write leaves, and is refused rather than served as
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -50,6 +56,7 @@ from token_resource._compat import tomllib
 
 DEFAULT_CONFIG_PATH = Path("/etc/token-resource.toml")
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 # The kubelet's own credentials: its node identity may patch its own Node's status.
 DEFAULT_KUBECONFIG = Path("/etc/kubernetes/kubelet.conf")
 DEFAULT_RESYNC_SECONDS = 30.0
@@ -61,12 +68,16 @@ ADVERTISE_MODES = (DEVICE_PLUGIN, NODE_STATUS)
 MAX_COUNT = 100_000
 
 # Allowed keys per section: a new setting starts here.
-TOP_LEVEL_KEYS = frozenset({"agent", "resources", "kubernetes"})
-AGENT_KEYS = frozenset({"device_plugin_dir"})
+TOP_LEVEL_KEYS = frozenset({"agent", "resources", "kubernetes", "metrics"})
+AGENT_KEYS = frozenset({"device_plugin_dir", "pod_resources_socket"})
 RESOURCE_KEYS = frozenset({"count", "env", "advertise"})
 # In a resource's table, alone: takes away what earlier files defined.
 REMOVE_KEY = "remove"
 KUBERNETES_KEYS = frozenset({"kubeconfig", "in_cluster", "node_name", "resync_seconds"})
+METRICS_KEYS = frozenset({"textfile", "listen"})
+# node_exporter's textfile collector reads only files with this suffix.
+TEXTFILE_SUFFIX = ".prom"
+_MAX_PORT = 65535
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
@@ -141,6 +152,22 @@ class ResourceSpec:
 @dataclass(frozen=True)
 class AgentSettings:
     device_plugin_dir: Path = DEFAULT_DEVICE_PLUGIN_DIR
+    # Read on demand (status, metrics) to tell who holds the tokens; never needed to serve.
+    pod_resources_socket: Path = DEFAULT_POD_RESOURCES_SOCKET
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """Where the Prometheus metrics go; neither by default, so no port opens unasked."""
+
+    # A file for node_exporter's textfile collector (the host convention).
+    textfile: Path | None = None
+    # (IP address, port) of an HTTP listener for scrapes (the DaemonSet convention).
+    listen: tuple[str, int] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.textfile is not None or self.listen is not None
 
 
 @dataclass(frozen=True)
@@ -161,6 +188,7 @@ class Config:
     resources: Mapping[str, ResourceSpec]
     files: tuple[Path, ...]
     kubernetes: KubernetesSettings = KubernetesSettings()
+    metrics: MetricsSettings = MetricsSettings()
     # Resources an earlier file defined and a later one took away with `remove = true`.
     removed: Mapping[str, Path] = field(default_factory=dict)
     # Whether any file has a [kubernetes] table (even an empty one).
@@ -263,21 +291,43 @@ def validate_config(main: Path) -> Validation:
     return _validate(main, documents, errors)
 
 
-def load_reload(main: Path, running: AgentSettings) -> Config:
-    """What a reload of the files would apply to an agent running with ``running`` settings.
+def load_reload(
+    main: Path, running: AgentSettings, running_metrics: MetricsSettings = MetricsSettings()
+) -> Config:
+    """What a reload of the files would apply to an agent running with these settings.
 
     The one rule for "is this a valid reload": everything load_config refuses, and a change
     of a setting that only a restart applies (the agent serves from the old one until then).
     """
     config = load_config(main)
-    if config.agent.device_plugin_dir != running.device_plugin_dir:
-        raise ConfigError(
-            f"device_plugin_dir changed from {running.device_plugin_dir} to "
-            f"{config.agent.device_plugin_dir}: this takes a restart of the agent, not a reload",
-            file=main,
-            key="agent.device_plugin_dir",
-        )
+    restart_only = (
+        ("agent.device_plugin_dir", running.device_plugin_dir, config.agent.device_plugin_dir),
+        ("metrics.textfile", running_metrics.textfile, config.metrics.textfile),
+        ("metrics.listen", running_metrics.listen, config.metrics.listen),
+    )
+    for key, before, after in restart_only:
+        if before != after:
+            raise ConfigError(
+                f"{key.partition('.')[2]} changed from {_setting(before)} to {_setting(after)}: "
+                "this takes a restart of the agent, not a reload",
+                file=main,
+                key=key,
+            )
     return config
+
+
+def format_listen(address: tuple[str, int]) -> str:
+    """E.g. ("::1", 9464) -> "[::1]:9464", as written in the file."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _setting(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, tuple):
+        return format_listen(value)
+    return str(value)
 
 
 def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
@@ -294,6 +344,7 @@ def _validate(
         return Validation(None, tuple(errors))
     agent: dict[str, Any] = {}
     kubernetes: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
     # Per resource, each key a file set: (value, that file); and the last file to mention it.
     settings: dict[str, dict[str, tuple[Any, Path]]] = {}
     sources: dict[str, Path] = {}
@@ -303,6 +354,7 @@ def _validate(
         kubernetes_table |= document.kubernetes_table
         agent.update(document.agent)
         kubernetes.update(document.kubernetes)
+        metrics.update(document.metrics)
         for name, keys in document.resources.items():
             if keys is None:
                 if settings.pop(name, None) is not None:
@@ -333,6 +385,7 @@ def _validate(
         resources=resources,
         files=tuple(path for path, _ in documents),
         kubernetes=KubernetesSettings(**kubernetes),
+        metrics=MetricsSettings(**metrics),
         removed=removed,
         kubernetes_table=kubernetes_table,
     )
@@ -444,6 +497,7 @@ class _Invalid(Exception):
 class _Document:
     agent: Mapping[str, Any]
     kubernetes: Mapping[str, Any]
+    metrics: Mapping[str, Any]
     # The keys each resource's definition sets, or None for `remove = true`.
     resources: Mapping[str, Mapping[str, Any] | None]
     defined: bool  # whether the document has any table or key at all
@@ -464,7 +518,12 @@ def _parse_document(path: Path, text: str, errors: list[ConfigError]) -> _Docume
     except _Invalid as error:
         problems.append(error)
     sections: dict[str, Mapping[str, Any]] = {}
-    for name, parse in (("agent", _parse_agent), ("kubernetes", _parse_kubernetes)):
+    sections_parsed = (
+        ("agent", _parse_agent),
+        ("kubernetes", _parse_kubernetes),
+        ("metrics", _parse_metrics),
+    )
+    for name, parse in sections_parsed:
         try:
             sections[name] = parse(_section(table, name))
         except _Invalid as error:
@@ -483,6 +542,7 @@ def _parse_document(path: Path, text: str, errors: list[ConfigError]) -> _Docume
     return _Document(
         agent=sections["agent"],
         kubernetes=sections["kubernetes"],
+        metrics=sections["metrics"],
         resources=resources,
         defined=bool(table),
         kubernetes_table="kubernetes" in table,
@@ -531,12 +591,48 @@ def _check_keys(table: Mapping[str, Any], allowed: frozenset[str], path: tuple[s
 
 def _parse_agent(table: Mapping[str, Any]) -> dict[str, Any]:
     _check_keys(table, AGENT_KEYS, ("agent",))
+    return {
+        key: _parse_absolute_path(table[key], ("agent", key)) for key in AGENT_KEYS if key in table
+    }
+
+
+def _parse_metrics(table: Mapping[str, Any]) -> dict[str, Any]:
+    _check_keys(table, METRICS_KEYS, ("metrics",))
     settings: dict[str, Any] = {}
-    if "device_plugin_dir" in table:
-        settings["device_plugin_dir"] = _parse_absolute_path(
-            table["device_plugin_dir"], ("agent", "device_plugin_dir")
-        )
+    if "textfile" in table:
+        path = _parse_absolute_path(table["textfile"], ("metrics", "textfile"))
+        if path.suffix != TEXTFILE_SUFFIX:
+            raise _Invalid(
+                ("metrics", "textfile"),
+                f"textfile must end in {TEXTFILE_SUFFIX} (node_exporter reads only those), "
+                f"got {_describe(table['textfile'])}",
+            )
+        settings["textfile"] = path
+    if "listen" in table:
+        settings["listen"] = _parse_listen(table["listen"])
     return settings
+
+
+def _parse_listen(value: object) -> tuple[str, int]:
+    """ "IP:PORT" or "[IPv6]:PORT": an address, never a host name to resolve."""
+    problem = (
+        'listen must be "IP:PORT" or "[IPv6]:PORT" (an IP address, not a host name; '
+        f"port 0 to {_MAX_PORT}), got {_describe(value)}"
+    )
+    if not isinstance(value, str):
+        raise _Invalid(("metrics", "listen"), problem)
+    host, colon, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # an IPv6 address without brackets: its port cannot be told apart
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise _Invalid(("metrics", "listen"), problem) from None
+    if not colon or not port.isdigit() or int(port) > _MAX_PORT:
+        raise _Invalid(("metrics", "listen"), problem)
+    return str(address), int(port)
 
 
 def _parse_kubernetes(table: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import grpc
 import grpc.aio
 
 from token_resource.config import ResourceSpec
+from token_resource.observer import Observer
 from token_resource.protocol import MAX_MESSAGE_BYTES, device_plugin_handler
 from token_resource.servicer import TokenServicer
 from token_resource.sockets import socket_name
@@ -33,8 +34,9 @@ class PluginServer:
     the new socket, and the kubelet never sees two servers for one resource.
     """
 
-    def __init__(self, spec: ResourceSpec, directory: Path) -> None:
+    def __init__(self, spec: ResourceSpec, directory: Path, observer: Observer) -> None:
         self.spec = spec
+        self._observer = observer
         self.pool = TokenPool(spec.count)
         self.endpoint = socket_name(spec.name, directory)
         self.path = directory / self.endpoint
@@ -80,7 +82,7 @@ class PluginServer:
 
     async def _serve(self) -> None:
         await self._stop_server()
-        servicer = TokenServicer(self.pool, lambda: self.spec, self.log)
+        servicer = TokenServicer(self.pool, lambda: self.spec, self.log, self._observer)
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         server.add_generic_rpc_handlers((device_plugin_handler(servicer),))
         # gRPC unlinks whatever socket file is in the way before it binds.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from token_resource.config import ResourceSpec, diff_resources
+from token_resource.observer import NullObserver, Observer
 from token_resource.plugin import PluginServer
 from token_resource.protocol import KUBELET_SOCKET
 from token_resource.registration import RegistrationError, register
@@ -45,8 +46,14 @@ class _Plugin:
 
 
 class Reconciler:
-    def __init__(self, directory: Path, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        on_change: Callable[[], None],
+        observer: Observer = NullObserver(),  # noqa: B008 (stateless)
+    ) -> None:
         self._directory = directory
+        self._observer = observer
         self._kubelet_socket = directory / KUBELET_SOCKET
         self._on_change = on_change
         self._plugins: dict[str, _Plugin] = {}
@@ -96,6 +103,7 @@ class Reconciler:
     def kubelet_started(self) -> None:
         """A new kubelet.sock: a (re)started kubelet knows no plugin yet."""
         log.info("kubelet.sock appeared: registering %d resource(s)", len(self._plugins))
+        self._observer.kubelet_appeared()
         current = self._kubelet_inode()
         for plugin in self._plugins.values():
             # One that already registered (or is registering) with this very kubelet is left
@@ -138,7 +146,7 @@ class Reconciler:
             await self._stop(next(iter(self._plugins.values())))
 
     async def _start(self, spec: ResourceSpec) -> None:
-        plugin = _Plugin(PluginServer(spec, self._directory))
+        plugin = _Plugin(PluginServer(spec, self._directory, self._observer))
         await plugin.server.serve()
         self._plugins[spec.name] = self._by_endpoint[plugin.server.endpoint] = plugin
         log.info("%s: serving %d token(s) on %s", spec.name, spec.count, plugin.server.endpoint)
@@ -176,10 +184,12 @@ class Reconciler:
                 await register(self._directory, server.endpoint, server.spec.name)
             except (RegistrationError, OSError, RuntimeError) as error:
                 server.log.warning("registration failed, retrying in %.2f s: %s", delay, error)
+                self._observer.registration_failed(server.spec.name)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY)
                 continue
             plugin.registered = True
+            self._observer.registered(server.spec.name)
             server.log.info("registered with the kubelet (%d token(s))", server.pool.count)
             self._on_change()
             return

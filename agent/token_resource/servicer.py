@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Callable, NoReturn
 
@@ -10,6 +11,7 @@ import grpc
 import grpc.aio
 
 from token_resource.config import ResourceSpec
+from token_resource.observer import Observer
 from token_resource.protocol import deviceplugin_pb2 as pb
 from token_resource.tokens import AllocationError, TokenPool
 
@@ -24,11 +26,16 @@ class TokenServicer:
     """Answers the kubelet for one resource; ``spec()`` gives the resource's current settings."""
 
     def __init__(
-        self, pool: TokenPool, spec: Callable[[], ResourceSpec], log: logging.Logger
+        self,
+        pool: TokenPool,
+        spec: Callable[[], ResourceSpec],
+        log: logging.Logger,
+        observer: Observer,
     ) -> None:
         self._pool = pool
         self._spec = spec
         self._log = log
+        self._observer = observer
         self._closed = False
 
     def close(self) -> None:
@@ -54,6 +61,16 @@ class TokenServicer:
             self._log.debug("ListAndWatch stream closed")
 
     async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
+        started, ok = time.monotonic(), False
+        try:
+            response = await self._allocate(request, context)
+            ok = True
+            return response
+        finally:
+            seconds = time.monotonic() - started
+            self._observer.allocate_answered(self._spec().name, seconds, ok=ok)
+
+    async def _allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
         if not request.container_requests:
             await self._refuse(context, AllocationError("the request holds no container requests"))
         env_name = self._spec().env

@@ -31,7 +31,13 @@ NAME = "token-resource"
 UNIT = f"{NAME}.service"
 CONFIG = f"/etc/{NAME}.toml"
 SITELIB = re.compile(r"^/usr/lib/python3\.\d+/site-packages$")
-LIBRARIES = ("python3-grpcio", "python3-protobuf", "python3-watchdog", "python3-sdnotify")
+LIBRARIES = (
+    "python3-grpcio",
+    "python3-protobuf",
+    "python3-watchdog",
+    "python3-sdnotify",
+    "python3-prometheus_client",
+)
 
 
 def project_version() -> str:

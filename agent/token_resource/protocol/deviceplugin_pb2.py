@@ -1,13 +1,14 @@
-"""The deviceplugin v1beta1 message classes (see ``descriptor``), under protoc's module name.
+"""The deviceplugin v1beta1 message classes (see ``descriptor`` and ``deviceplugin_descriptor``),
+under protoc's module name.
 
 The names and types are those of ``deviceplugin_pb2.pyi``, which protoc generates from
 ``deviceplugin.proto``; the classes themselves are made from a descriptor at import time, so
 that they load on every protobuf runtime from 3.14 on.
 """
 
-from token_resource.protocol.descriptor import message_classes
+from token_resource.protocol.deviceplugin_descriptor import FILE
 
-_classes = message_classes()
+_classes = FILE.message_classes()
 DESCRIPTOR = _classes["Empty"].DESCRIPTOR.file
 Empty = _classes["Empty"]
 DevicePluginOptions = _classes["DevicePluginOptions"]
