@@ -36,8 +36,9 @@ LIBRARIES = (
     "python3-protobuf",
     "python3-watchdog",
     "python3-sdnotify",
-    "python3-prometheus_client",
 )
+# Only with [metrics]: recommended, so that a repository without it does not block the install.
+RECOMMENDED = ("python3-prometheus_client", "python3-pyyaml")
 
 
 def project_version() -> str:
@@ -160,6 +161,9 @@ def test_requires_name_the_distribution_libraries(package: Package) -> None:
     # tomli only where the interpreter lacks tomllib.
     needs_tomli = tuple(int(part) for part in abi.group(1).split(".")) < (3, 11)
     assert ("python3-tomli" in requires) == needs_tomli
+    recommends = package.query("--recommends").split()
+    assert set(RECOMMENDED) <= set(recommends), recommends
+    assert not any("prometheus" in line for line in requires)
 
 
 def scriptlets(package: Package) -> dict[str, str]:

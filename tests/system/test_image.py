@@ -116,7 +116,13 @@ def test_the_image_is_small_built_from_debian_packages_and_in_step_with_the_cont
     assert size_mb < MAX_UNCOMPRESSED_MB
     # Debian's packages, installed by dpkg: the project's own and the distribution's libraries.
     status = (rootfs / "var/lib/dpkg/status").read_text()
-    for package in ("token-resource", "python3-grpcio", "python3-protobuf", "python3-watchdog"):
+    for package in (
+        "token-resource",
+        "python3-grpcio",
+        "python3-protobuf",
+        "python3-watchdog",
+        "python3-prometheus-client",
+    ):
         assert f"Package: {package}\n" in status
     # No compiler, no package lists, no apt, no documentation.
     for absent in ("usr/bin/gcc", "usr/bin/cc", "usr/bin/apt-get", "usr/share/doc/python3"):
