@@ -10,7 +10,7 @@ NEWEST := $(VENV_DIR)/newest
 # lacks, at the oldest version the agent supports. The test tools install beside these pins
 # (a constraints file) and never upgrade them.
 RHEL9 := $(VENV_DIR)/rhel9
-RHEL9_PINS := grpcio==1.46.3 protobuf==3.14.0 sdnotify==0.3.2 tomli==2.0.1 watchdog==2.0.0
+RHEL9_PINS := grpcio==1.46.3 protobuf==3.14.0 sdnotify==0.3.2 tomli==2.0.1 watchdog==2.2.1
 PYTEST_ARGS ?=
 
 .PHONY: all demo test lint unit proto proto-check clean
