@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pb2
 
-from token_resource.protocol import podresources_pb2 as pb
 from token_resource.protocol.podresources import (
     GET_ALLOCATABLE_RESOURCES,
     LIST,
     POD_RESOURCES_SERVICE,
 )
+from token_resource.protocol.podresources_descriptor import FILE
 
 REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
 OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
@@ -84,12 +84,15 @@ _SCALAR_TYPES = {
 }
 
 
+# The file as the module loads it (tests/test_protocol.py shows the two are the same, and the
+# same as protoc's), read as a FileDescriptorProto: every protobuf from 3.14 on can show that
+# in full, labels and streaming included, which not all expose on runtime descriptors.
+PROTO = FILE.file_descriptor_proto()
+
+
 def _message(name: str) -> descriptor_pb2.DescriptorProto:
-    """As the .proto declares it (labels included, which newer protobufs no longer expose on
-    the runtime descriptors)."""
-    proto = descriptor_pb2.DescriptorProto()
-    pb.DESCRIPTOR.message_types_by_name[name].CopyToProto(proto)
-    return proto
+    (message,) = [message for message in PROTO.message_type if message.name == name]
+    return message
 
 
 def _type(field: descriptor_pb2.FieldDescriptorProto) -> str:
@@ -100,10 +103,10 @@ def _type(field: descriptor_pb2.FieldDescriptorProto) -> str:
 
 
 def test_every_message_and_field_matches_upstream() -> None:
-    assert pb.DESCRIPTOR.package == "v1"
+    assert PROTO.package == "v1"
     ours = {
-        name: [(f.name, f.number, _type(f), f.label) for f in _message(name).field]
-        for name in pb.DESCRIPTOR.message_types_by_name
+        message.name: [(f.name, f.number, _type(f), f.label) for f in message.field]
+        for message in PROTO.message_type
     }
     assert ours == UPSTREAM
 
@@ -114,11 +117,11 @@ def test_the_tombstoned_field_number_stays_reserved() -> None:
 
 
 def test_service_and_method_paths_match_upstream() -> None:
-    service = pb.DESCRIPTOR.services_by_name["PodResourcesLister"]
-    assert service.full_name == POD_RESOURCES_SERVICE
+    (service,) = PROTO.service
+    assert f"{PROTO.package}.{service.name}" == POD_RESOURCES_SERVICE
     methods = {
-        m.name: (m.input_type.name, m.output_type.name)
-        for m in service.methods
+        m.name: (m.input_type.rpartition(".")[2], m.output_type.rpartition(".")[2])
+        for m in service.method
         if not m.client_streaming and not m.server_streaming
     }
     assert methods == UPSTREAM_METHODS
