@@ -50,7 +50,7 @@ bundled-stage:
 	sed -i '/^\[project\]/,/^\[/s/^version *= *".*"/version = "$(BUNDLED_VERSION)"/' $(BUNDLED_BUILD)/src/pyproject.toml
 	# Pure-Python wheels built here: the agent, and sdnotify (published as an sdist only).
 	$(BUNDLED_PIP) wheel --quiet --no-deps --wheel-dir $(BUNDLED_BUILD)/wheels \
-		./$(BUNDLED_BUILD)/src "$$(grep '^sdnotify==' packaging/bundled/requirements.txt)"
+		$(abspath $(BUNDLED_BUILD))/src "$$(grep '^sdnotify==' packaging/bundled/requirements.txt)"
 	awk -v minor=$(word 2,$(subst ., ,$(BUNDLED_PYTHON))) '!(/^tomli==/ && minor >= 11)' \
 		packaging/bundled/requirements.txt > $(BUNDLED_BUILD)/requirements.txt
 	$(BUNDLED_PIP) install --quiet --no-compile --only-binary=:all: \
@@ -102,3 +102,27 @@ bundled-deb: bundled-stage
 		tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 		$(BUNDLED_ENV) TMPDIR=$$tmp lintian --fail-on error,warning $(BUNDLED_DEB_FILE); fi
 	@echo "built $(BUNDLED_DEB_FILE)"
+
+# rpmbuild on the staged tree (its tarball is the source), for the rpm architecture of
+# BUNDLED_ARCH. On Debian's rpmbuild: no build-dependency database (--nodeps); the spec
+# turns off stripping and byte-compiling itself.
+BUNDLED_RPM_ARCH := $(if $(filter arm64,$(BUNDLED_ARCH)),aarch64,x86_64)
+BUNDLED_RPM_TOPDIR ?= $(abspath $(BUNDLED_BUILD))/rpmbuild
+BUNDLED_RPM_FILE := $(BUNDLED_DIST)/token-resource-bundled-$(BUNDLED_VERSION)-1.$(BUNDLED_RPM_ARCH).rpm
+
+bundled-rpm: bundled-stage
+	@command -v rpmbuild >/dev/null || { echo "bundled-rpm: rpmbuild is required (apt-get install rpm)" >&2; exit 1; }
+	rm -rf $(BUNDLED_RPM_TOPDIR)
+	mkdir -p $(BUNDLED_RPM_TOPDIR)/SOURCES $(BUNDLED_RPM_TOPDIR)/SPECS $(BUNDLED_DIST)
+	tar -C $(BUNDLED_STAGE) --sort=name --owner=0 --group=0 --numeric-owner \
+		--transform 's,^\.,token-resource-bundled-$(BUNDLED_VERSION),' \
+		-czf $(BUNDLED_RPM_TOPDIR)/SOURCES/token-resource-bundled-$(BUNDLED_VERSION).tar.gz .
+	{ echo '%global pkg_version $(BUNDLED_VERSION)'; echo '%global bundled_python $(BUNDLED_PYTHON)'; \
+		cat packaging/bundled/token-resource-bundled.spec; } \
+		> $(BUNDLED_RPM_TOPDIR)/SPECS/token-resource-bundled.spec
+	$(BUNDLED_ENV) rpmbuild -bb --quiet --define '_topdir $(BUNDLED_RPM_TOPDIR)' \
+		--target $(BUNDLED_RPM_ARCH) $(if $(wildcard /etc/debian_version),--nodeps) \
+		$(BUNDLED_RPM_TOPDIR)/SPECS/token-resource-bundled.spec
+	cp $(BUNDLED_RPM_TOPDIR)/RPMS/$(BUNDLED_RPM_ARCH)/token-resource-bundled-$(BUNDLED_VERSION)-1*.$(BUNDLED_RPM_ARCH).rpm \
+		$(BUNDLED_RPM_FILE)
+	@echo "built $(BUNDLED_RPM_FILE)"
