@@ -51,10 +51,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marker = metafunc.definition.get_closest_marker("suites")
     suites = tuple(marker.args) if marker else (harness.DEFAULT_SUITE,)
-    unknown = [name for name in suites if name not in harness.SUITES]
+    unknown = [name for name in suites if name not in harness.KNOWN_SUITES]
     if unknown or not suites:
         raise pytest.UsageError(
-            f"{metafunc.definition.nodeid}: suites {unknown or '()'} are not among {harness.SUITES}"
+            f"{metafunc.definition.nodeid}: suites {unknown or '()'} are not among "
+            f"{harness.KNOWN_SUITES}"
         )
     metafunc.parametrize("suite", suites, indirect=True, scope="module")
 
