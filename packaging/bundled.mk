@@ -7,15 +7,14 @@
 #   make bundled-deb                          -> dist/python3.9/token-resource-bundled_<version>_amd64.deb
 #   make bundled-deb BUNDLED_PYTHON=3.10      -> the same for Ubuntu 22.04's Python
 #   make bundled-rpm BUNDLED_PYTHON=3.9       -> dist/python3.9/token-resource-bundled-<version>-1.x86_64.rpm (EL9)
-#   make bundled-rpm BUNDLED_PYTHON=3.9 BUNDLED_ARCH=arm64   (any target: the aarch64 wheels)
+#   make bundled-deb BUNDLED_ARCH=arm64       -> .../token-resource-bundled_<version>_arm64.deb (the aarch64 wheels)
 #
 # One build per target Python version (the wheels' ABI, cpXY) and architecture: Debian 11
 # and EL9 3.9, Ubuntu 22.04 3.10, Amazon Linux 2023 3.9. BUNDLED_ARCH=arm64 takes the
 # manylinux2014_aarch64 wheels instead (nothing is compiled, so the build host's own
-# architecture does not matter to pip); the .deb is then built with
-# `dpkg-buildpackage --host-arch arm64`, which needs the arm64 libc6 for dh_shlibdeps
-# (`dpkg --add-architecture arm64 && apt-get install libc6:arm64`, or build on an arm64
-# host). Only amd64 is built and tested here.
+# architecture does not matter): the .deb is built with `dpkg-buildpackage --host-arch
+# arm64`, the .rpm with `rpmbuild --target aarch64`, both on an amd64 host. The amd64
+# packages are tested; the arm64 ones were built here but have never run.
 
 BUNDLED_PYTHON ?= 3.9
 BUNDLED_ARCH ?= amd64

@@ -1,4 +1,4 @@
-"""System tests: the .deb in booted Debian 12 and Debian 13 containers, systemd as PID 1.
+"""System tests: the .deb in booted Debian 12 and 13 containers (the self-contained one in 11).
 
 They run as root on the host and FAIL (never skip) when the host lacks something: CI must not
 pass them silently. Needs: packaging/README-system-tests.md. `make system-test` runs them.

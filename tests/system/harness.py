@@ -1,4 +1,4 @@
-"""A Debian "node" with systemd as PID 1, for the system tests: Debian 12 or Debian 13.
+"""A Debian "node" with systemd as PID 1, for the system tests: Debian 12 or 13 (11: bundled).
 
 Each suite's rootfs is debootstrapped once and cached as a tarball keyed on everything that
 goes into it (the suite first); each test session unpacks the suites it needs once, and every

@@ -6,7 +6,8 @@ launcher runs /usr/bin/python3 isolated, without site-packages. To prove that th
 distribution's libraries are not used, the container has them installed beside the package.
 The scenario, in file order on one container: install, start, reload with a valid and an
 invalid file, the watchdog restart, what systemd 247 says about the unit, upgrade keeping a
-local edit, purge.
+local edit, purge; then the Ansible role on the purged host, which must pick the bundled
+package for Debian 11 by itself.
 
 Environment:
   TOKEN_RESOURCE_BUNDLED_DEB          the package under test (default: built now, Python 3.9)
@@ -15,16 +16,20 @@ Environment:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.system import harness
+from tests.system.ansible_fleet import ANSIBLE_DIR, ansible_env, ansible_venv, missing_tools
 from tests.system.conftest import ACTIVE_NODES, STANDIN, project_version
 from tests.system.node import (
     CONFIG,
@@ -266,7 +271,7 @@ def test_systemd_247_runs_the_same_unit(node: AgentNode) -> None:
     # What PID 1 logged about the unit file when it loaded it (unknown settings are logged
     # as "Unknown key name ..., ignoring." / "Unknown lvalue ..."); printed for the record.
     loaded = node.exec(["journalctl", "-b", "--no-pager", "-o", "cat", "_PID=1"]).stdout
-    about_unit = [line for line in loaded.splitlines() if "token-resource.service:" in line]
+    about_unit = [line for line in loaded.splitlines() if re.search(rf"{UNIT}:\d+: ", line)]
     print(f"systemd {version}: PID 1 on loading the unit: {about_unit or 'nothing'}")
     security = node.exec(["systemd-analyze", "security", "--no-pager", UNIT], check=False)
     match = re.search(
@@ -323,3 +328,64 @@ def test_purge_removes_everything_it_installed(node: AgentNode) -> None:
     assert node.exec(["pgrep", "-f", "token-resource run"], check=False).returncode != 0
     listing = node.exec(["ls", "-A", PLUGIN_DIR], check=False).stdout.split()
     assert sorted(listing) == ["kubelet.sock", "kubelet_internal_checkpoint"], listing
+
+
+def test_ansible_role_picks_the_bundled_package_for_debian_11(
+    node: AgentNode, bundled_artifacts: Path
+) -> None:
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"{', '.join(missing)} missing in {ansible_venv()}", pytrace=False)
+    # Ansible's apt module needs python3-apt on the host (from the rootfs's apt cache).
+    node.exec(["apt-get", "install", "-y", "-q", "python3-apt"], timeout=300)
+    counts = {TOKEN: 3}
+    host = {
+        "ansible_connection": "nsenter",
+        "ansible_host": str(node.leader),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_become": False,
+        "token_resource_resources": counts,
+        # No flavour given: the role's choice. A native file is given too, and not taken.
+        "token_resource_package_file": str(bundled_artifacts / "not-this-one_all.deb"),
+        "token_resource_bundled_package_files": {
+            "python3.9-amd64": str(bundled_artifacts / "bundled.deb")
+        },
+    }
+    play = [{"hosts": "all", "gather_facts": False, "roles": ["token_resource"]}]
+    with tempfile.TemporaryDirectory(prefix="ansible-bullseye-") as tmp:
+        work = Path(tmp)
+        (work / "inventory.json").write_text(json.dumps({"all": {"hosts": {"bullseye": host}}}))
+        (work / "play.yml").write_text(json.dumps(play))
+
+        def playbook(*extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [
+                    str(ansible_venv() / "bin/ansible-playbook"),
+                    "-i",
+                    str(work / "inventory.json"),
+                    str(work / "play.yml"),
+                    *extra,
+                ],
+                cwd=ANSIBLE_DIR,
+                env=ansible_env(work),
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+
+        installed = playbook()
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        assert package_version(node) == project_version()
+        native = node.exec(
+            ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "token-resource"], check=False
+        ).stdout.strip()
+        assert native in ("", "un"), native
+        assert node.systemctl("is-active", UNIT).stdout.strip() == "active"
+        node.wait_for_counts(counts)
+        removed = playbook("--extra-vars", json.dumps({"token_resource_state": "absent"}))
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+    status = node.exec(
+        ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", PACKAGE], check=False
+    ).stdout.strip()
+    assert status in ("", "un"), status
