@@ -1,4 +1,4 @@
-"""System tests: the .deb in booted Debian 12 and Debian 13 containers, systemd as PID 1.
+"""System tests: the .deb in booted Debian 12 and 13 containers (the self-contained one in 11).
 
 They run as root on the host and FAIL (never skip) when the host lacks something: CI must not
 pass them silently. Needs: packaging/README-system-tests.md. `make system-test` runs them.
@@ -51,10 +51,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marker = metafunc.definition.get_closest_marker("suites")
     suites = tuple(marker.args) if marker else (harness.DEFAULT_SUITE,)
-    unknown = [name for name in suites if name not in harness.SUITES]
+    unknown = [name for name in suites if name not in harness.KNOWN_SUITES]
     if unknown or not suites:
         raise pytest.UsageError(
-            f"{metafunc.definition.nodeid}: suites {unknown or '()'} are not among {harness.SUITES}"
+            f"{metafunc.definition.nodeid}: suites {unknown or '()'} are not among "
+            f"{harness.KNOWN_SUITES}"
         )
     metafunc.parametrize("suite", suites, indirect=True, scope="module")
 
