@@ -25,7 +25,7 @@ image: deb
 		--hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
 		--aptopt='APT::Install-Recommends "false"' \
 		$(foreach path,$(IMAGE_EXCLUDES),--dpkgopt='path-exclude=$(path)') \
-		--include=$(abspath $(DEB_FILE)),python3-prometheus-client \
+		--include=$(abspath $(DEB_FILE)) --include=python3-prometheus-client \
 		$(IMAGE_SUITE) $(IMAGE_BUILD_DIR)/rootfs.tar $(IMAGE_MIRROR)
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) \
 	$(DEB_ENV) python3 packaging/image/oci.py $(IMAGE_BUILD_DIR)/rootfs.tar \
