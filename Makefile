@@ -41,8 +41,9 @@ lint: $(OLDEST)/.installed $(NEWEST)/.installed
 	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible packaging/image
 	$(OLDEST)/bin/mypy
 
-# Everything but the system tests, under both Pythons and under RHEL 9's libraries.
-unit: $(OLDEST)/.installed $(NEWEST)/.installed $(RHEL9)/.installed
+# Everything but the system tests, under both Pythons and under RHEL 9's libraries (and the
+# Ansible virtualenv, which runs the role's choice of package in tests/packaging).
+unit: $(OLDEST)/.installed $(NEWEST)/.installed $(RHEL9)/.installed $(VENV_DIR)/ansible/.installed
 	$(OLDEST)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
 	$(NEWEST)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
 	$(RHEL9)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
