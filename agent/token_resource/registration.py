@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import grpc
@@ -35,16 +34,7 @@ async def register(directory: Path, endpoint: str, resource_name: str) -> None:
             request_serializer=pb.RegisterRequest.SerializeToString,
             response_deserializer=pb.Empty.FromString,
         )
-        # gRPC's call object and the traceback of what it raises refer to each other, and the
-        # call holds its connection to the kubelet until the cyclic garbage collector frees it,
-        # which in a quiet agent can take hours (grpcio 1.46: a connection to a dead kubelet
-        # kept per restart). Dropping the traceback here frees the call at once.
         try:
             await call(request, timeout=REGISTER_TIMEOUT)
-            return
         except grpc.aio.AioRpcError as error:
-            failure = f"{error.code().name}: {error.details()}"
-            error.__traceback__ = None
-        except asyncio.CancelledError as cancelled:
-            raise cancelled.with_traceback(None) from None
-    raise RegistrationError(failure)
+            raise RegistrationError(f"{error.code().name}: {error.details()}") from None
