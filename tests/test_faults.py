@@ -83,6 +83,10 @@ class Footprint:
     socket_files: tuple[str, ...]
     # "socket:[inode]" of each socket descriptor, to say which one is new when a check fails
     sockets: frozenset[str] = frozenset()
+    # connections whose other end is the kubelet.sock of the kubelet running now
+    kubelet_connections: int = 0
+    # connections whose other end is closed: to a kubelet that is gone
+    dead_connections: int = 0
 
 
 def footprint(agent: AgentProcess) -> Footprint:
@@ -103,7 +107,25 @@ def footprint(agent: AgentProcess) -> Footprint:
         socket_fds=sum(link.startswith("socket:") for link in links),
         socket_files=tuple(socket_files(agent.device_plugin_dir)),
         sockets=frozenset(link for link in links if link.startswith("socket:")),
+        **connections(pid),
     )
+
+
+def connections(pid: int) -> dict[str, int]:
+    """How many of ``pid``'s unix stream connections go to kubelet.sock, and to a closed end."""
+    rows = [
+        line.split()
+        for line in subprocess.run(
+            ["ss", "--unix", "--all", "--processes"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()[1:]
+    ]
+    # ss: Netid State Recv-Q Send-Q Local-Address Local-Inode Peer-Address Peer-Inode Process
+    kubelet_ends = {row[5] for row in rows if row[4].endswith("/kubelet.sock")}
+    own = [row for row in rows if row[1] == "ESTAB" and f"pid={pid}," in row[-1]]
+    return {
+        "kubelet_connections": sum(row[7] in kubelet_ends for row in own),
+        "dead_connections": sum(row[7] == "0" for row in own),
+    }
 
 
 def thread_name(pid: int, task: str) -> str:
@@ -122,11 +144,10 @@ def describe_sockets(links: frozenset[str]) -> str:
         if len(line.split()) >= 7 and line.split()[6] in inodes
     ]
     described = [f"inode {f[6]} state {f[5]} path {f[7] if len(f) > 7 else '-'}" for f in unix]
-    if shutil.which("ss"):
-        listing = subprocess.run(["ss", "-xap"], capture_output=True, text=True, check=False)
-        described += [
-            line for line in listing.stdout.splitlines() if any(i in line.split() for i in inodes)
-        ]
+    listing = subprocess.run(["ss", "-xap"], capture_output=True, text=True, check=True)
+    described += [
+        line for line in listing.stdout.splitlines() if any(i in line.split() for i in inodes)
+    ]
     return "; ".join(described) or "not unix sockets"
 
 
@@ -239,15 +260,20 @@ def test_kubelet_restarts_in_a_row_lose_nothing_and_leak_nothing(
         lambda lines: any(line.startswith("STATUS=4 resource(s), 4/4") for line in lines[-3:])
     )
 
-    # Nothing leaked: descriptors, sockets, threads (some close a moment after the last
-    # event, and "before" may hold a registration channel not yet closed). gRPC core's thread
-    # pools are not counted: they grow with the load and keep what they grew, up to gRPC's bound.
+    # Nothing leaked: descriptors, sockets, threads (some close a moment after the last event).
+    # A connection to the kubelet running now is not counted: gRPC closes a finished
+    # registration's connection when it chooses (seen held after the last Register, with
+    # grpcio 1.46 and 1.80 under load), and a leaked one outlives its kubelet, ending as a
+    # connection to a closed end, which must be none. gRPC core's thread pools are not
+    # counted either: they grow with the load and keep what they grew, up to gRPC's bound.
     def unchanged() -> bool:
         now = footprint(agent)
         return (
             now.socket_files == before.socket_files
-            and now.fds <= before.fds
-            and now.socket_fds <= before.socket_fds
+            and now.dead_connections == 0
+            and now.fds - now.kubelet_connections <= before.fds - before.kubelet_connections
+            and now.socket_fds - now.kubelet_connections
+            <= before.socket_fds - before.kubelet_connections
             and now.threads <= before.threads
         )
 
