@@ -40,6 +40,7 @@ lint: $(OLDEST)/.installed $(NEWEST)/.installed
 	$(NEWEST)/bin/ruff check agent tests bench packaging/ansible packaging/image
 	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible packaging/image
 	$(OLDEST)/bin/mypy
+	$(NEWEST)/bin/lint-imports --no-cache
 
 # Everything but the system tests, under both Pythons and under RHEL 9's libraries (and the
 # Ansible virtualenv, which runs the role's choice of package in tests/packaging).

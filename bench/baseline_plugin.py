@@ -24,14 +24,14 @@ from typing import Any
 
 import grpc
 
-from token_resource.protocol import (
+from token_resource.protocol import deviceplugin_pb2 as pb
+from token_resource.protocol.deviceplugin import (
     DEVICE_PLUGIN_SERVICE,
     HEALTHY,
     KUBELET_SOCKET,
     REGISTER,
     VERSION,
 )
-from token_resource.protocol import deviceplugin_pb2 as pb
 
 # The usual choice of such scripts (and of grpc's own examples).
 _WORKERS = 10

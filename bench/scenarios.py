@@ -23,10 +23,10 @@ from bench.support import (
     threads,
 )
 from tests.standin.kubelet import KubeletView
-from token_resource.config import MAX_COUNT
-from token_resource.control import ControlError, request
-from token_resource.protocol import HEALTHY, MAX_MESSAGE_BYTES
+from token_resource.config.model import MAX_COUNT
+from token_resource.host.control import ControlError, request
 from token_resource.protocol import deviceplugin_pb2 as pb
+from token_resource.protocol.deviceplugin import HEALTHY, MAX_MESSAGE_BYTES
 
 TOKENS = 4  # per resource, unless a scenario says otherwise
 

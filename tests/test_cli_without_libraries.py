@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import token_resource
-from token_resource import cli
-from token_resource.cli import METRICS_LIBRARY, RUNTIME_LIBRARIES
+from token_resource.cli import run as run_command
+from token_resource.cli.run import METRICS_LIBRARY, RUNTIME_LIBRARIES
 
 AGENT_SOURCE = Path(token_resource.__file__).resolve().parents[1]
 VALID = '[agent]\ndevice_plugin_dir = "{dir}"\n\n[resources]\n"example.com/token" = 2\n'
@@ -203,7 +203,7 @@ def test_an_incompatible_library_is_named_with_its_reason(monkeypatch: pytest.Mo
         return import_module(name)
 
     monkeypatch.setattr(importlib, "import_module", incompatible_protobuf)
-    assert cli._missing_libraries() == (
+    assert run_command.missing_libraries() == (
         "token-resource: cannot run without the Python module google.protobuf (cannot import "
         "name 'runtime_version' from 'google.protobuf' (/x/__init__.py)): install "
         "python3-protobuf (Debian, Fedora/RHEL; pip: protobuf)"
@@ -221,7 +221,7 @@ def test_a_library_missing_a_dependency_is_named_with_its_reason(
         return import_module(name)
 
     monkeypatch.setattr(importlib, "import_module", broken_watchdog)
-    assert cli._missing_libraries() == (
+    assert run_command.missing_libraries() == (
         "token-resource: cannot run without the Python module watchdog (No module named "
         "'pathtools'): install python3-watchdog (Debian, Fedora/RHEL; pip: watchdog)"
     )

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from token_resource.config import (
+from token_resource.config.diff import diff_configs
+from token_resource.config.errors import ConfigError, find_line
+from token_resource.config.load import (
+    Validation,
+    config_files,
+    dropin_dir,
+    load_config,
+    parse_config,
+    validate_config,
+)
+from token_resource.config.model import (
     DEFAULT_CONFIG_PATH,
     DEFAULT_DEVICE_PLUGIN_DIR,
     DEVICE_PLUGIN,
@@ -15,19 +25,10 @@ from token_resource.config import (
     NODE_STATUS,
     AgentSettings,
     Config,
-    ConfigError,
     KubernetesSettings,
     ResourceSpec,
-    Validation,
-    _find_line,
-    config_files,
-    default_env_name,
-    diff_configs,
-    dropin_dir,
-    load_config,
-    parse_config,
-    validate_config,
 )
+from token_resource.config.names import default_env_name
 
 MAIN = Path("/etc/token-resource.toml")
 TOKEN_KEY = 'resources."example.com/token"'
@@ -526,7 +527,7 @@ def test_device_plugin_dir_must_be_an_absolute_path(value: str, shown: str) -> N
     ],
 )
 def test_find_line(text: str, key_path: tuple[str, ...], line: int | None) -> None:
-    assert _find_line(text, key_path) == line
+    assert find_line(text, key_path) == line
 
 
 # Files

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from token_resource.config import (
+from token_resource.config.errors import ConfigError
+from token_resource.config.load import load_reload, parse_config
+from token_resource.config.model import (
     DEFAULT_POD_RESOURCES_SOCKET,
     AgentSettings,
-    ConfigError,
     MetricsSettings,
     format_listen,
-    load_reload,
-    parse_config,
 )
 
 MAIN = Path("/etc/token-resource.toml")

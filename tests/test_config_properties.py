@@ -12,14 +12,11 @@ from pathlib import Path
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from token_resource.config import (
-    MAX_COUNT,
-    Config,
-    ConfigError,
-    default_env_name,
-    diff_configs,
-    parse_config,
-)
+from token_resource.config.diff import diff_configs
+from token_resource.config.errors import ConfigError
+from token_resource.config.load import parse_config
+from token_resource.config.model import MAX_COUNT, Config
+from token_resource.config.names import default_env_name
 
 # Bounded, and without an example database so that runs leave nothing behind. `make fuzz`
 # raises the number of examples (TOKEN_RESOURCE_EXAMPLES).

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from token_resource.control import (
+from token_resource.host.control import (
     Answer,
     ControlError,
     ControlServer,

@@ -27,10 +27,16 @@ import pytest
 
 from tests.harness import AgentProcess, write_file
 from tests.standin.kubelet import KubeletStandin, KubeletView, serves_exactly
-from token_resource.config import AgentSettings, ConfigError, load_reload
-from token_resource.control import ControlError, request
-from token_resource.protocol import ALLOCATE, GET_PREFERRED_ALLOCATION, PRE_START_CONTAINER
+from token_resource.config.errors import ConfigError
+from token_resource.config.load import load_reload
+from token_resource.config.model import AgentSettings
+from token_resource.host.control import ControlError, request
 from token_resource.protocol import deviceplugin_pb2 as pb
+from token_resource.protocol.deviceplugin import (
+    ALLOCATE,
+    GET_PREFERRED_ALLOCATION,
+    PRE_START_CONTAINER,
+)
 
 SOAK = os.environ.get("TOKEN_RESOURCE_SOAK") == "1"
 

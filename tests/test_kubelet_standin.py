@@ -19,14 +19,14 @@ import pytest
 
 from tests.standin import kubelet as kubelet_module
 from tests.standin.kubelet import KubeletStandin, KubeletView, Options, is_extended_resource_name
-from token_resource.protocol import (
+from token_resource.protocol import deviceplugin_pb2 as pb
+from token_resource.protocol.deviceplugin import (
     DEVICE_PLUGIN_SERVICE,
     HEALTHY,
     REGISTER,
     UNHEALTHY,
     VERSION,
 )
-from token_resource.protocol import deviceplugin_pb2 as pb
 
 RESOURCE = "example.com/token"
 TWO_TOKENS = (("token-0", HEALTHY), ("token-1", HEALTHY))

@@ -12,8 +12,8 @@ import pytest
 
 from tests.harness import TWO_RESOURCES, AgentProcess
 from tests.standin.kubelet import CHECKPOINT, KubeletStandin, KubeletView, clean_directory
-from token_resource import lock
-from token_resource.lock import LockError, directory_lock, lock_holder
+from token_resource.host import lock
+from token_resource.host.lock import LockError, directory_lock, lock_holder
 
 COUNTS = {"example.com/token": 2, "example.com/license": 5}
 SOCKETS = ("token-resource.example.com_license.sock", "token-resource.example.com_token.sock")

@@ -15,7 +15,7 @@ from typing import TextIO
 import pytest
 
 from tests.harness import AGENT_COMMAND
-from token_resource import logs
+from token_resource.host import logs
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 
@@ -128,7 +128,7 @@ def test_print_error_marks_the_line_err_only_for_the_journal(
 
 LOG_EVERY_LEVEL = """
 import logging
-from token_resource import logs
+from token_resource.host import logs
 logs.configure(verbose=True)
 log = logging.getLogger("token_resource.agent")
 log.debug("debug line")

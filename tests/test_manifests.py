@@ -28,11 +28,11 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from token_resource.config import (
+from token_resource.config.load import parse_config
+from token_resource.config.model import (
     DEFAULT_DEVICE_PLUGIN_DIR,
     DEFAULT_POD_RESOURCES_SOCKET,
     Config,
-    parse_config,
 )
 
 if sys.version_info >= (3, 11):

@@ -17,15 +17,24 @@ import pytest
 from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin
-from token_resource import kube
-from token_resource.config import KubernetesSettings
-from token_resource.nodestatus import sync_node
+from token_resource.apiserver import credentials as credentials_module
+from token_resource.apiserver.client import ApiError, KubeError
+from token_resource.apiserver.credentials import load_credentials
+from token_resource.apiserver.node import (
+    OWNED_ANNOTATION,
+    NodeClient,
+    Ownership,
+    capacity_path,
+    quantity_value,
+)
+from token_resource.apiserver.nodestatus import sync_node
+from token_resource.config.model import KubernetesSettings
 
 NODE = "node-a"
 DONGLE = "example.com/dongle"
 SEAT = "acme/seat"
 OTHER_TOOLS = "other.example/gpu"  # an extended resource the agent never listed
-OWNED = kube.OWNED_ANNOTATION
+OWNED = OWNED_ANNOTATION
 
 
 @pytest.fixture
@@ -180,7 +189,7 @@ def test_a_crash_between_the_two_writes_leaves_nothing_untracked(
     apiserver.set_capacity(NODE, OTHER_TOOLS, "1")
 
     apiserver.fail_requests("PATCH", status)
-    with pytest.raises(kube.KubeError, match="500"):
+    with pytest.raises(KubeError, match="500"):
         sync_node(settings, {DONGLE: 4})
     view = apiserver.snapshot()
     assert (owned(view), view.extended(NODE)) == (DONGLE, {OTHER_TOOLS: "1"})
@@ -194,7 +203,7 @@ def test_a_crash_between_the_two_writes_leaves_nothing_untracked(
 
     sync_node(settings, {DONGLE: 4})
     apiserver.fail_requests("PATCH", metadata)
-    with pytest.raises(kube.KubeError, match="500"):
+    with pytest.raises(KubeError, match="500"):
         sync_node(settings, {})
     view = apiserver.snapshot()
     assert (owned(view), view.extended(NODE)) == (DONGLE, {OTHER_TOOLS: "1"})
@@ -208,23 +217,23 @@ def test_the_annotation_changes_only_as_it_was_read(
     apiserver: ApiServerStandin, kubeconfig: Path
 ) -> None:
     """Two writers of the list: the one that read an older Node is refused, not obeyed."""
-    client = kube.NodeClient(kube.load_credentials(KubernetesSettings(kubeconfig=kubeconfig)))
-    absent = kube.Ownership.of(client.get_node(NODE))
+    client = NodeClient(load_credentials(KubernetesSettings(kubeconfig=kubeconfig)))
+    absent = Ownership.of(client.get_node(NODE))
     assert absent.names == frozenset()
     assert absent.value is None
     client.list_as_owned(NODE, absent, frozenset({DONGLE}))
     # Its resourceVersion is stale now.
-    with pytest.raises(kube.KubeError, match=f"{OWNED} changed after it was read"):
+    with pytest.raises(KubeError, match=f"{OWNED} changed after it was read"):
         client.list_as_owned(NODE, absent, frozenset({SEAT}))
-    listed = kube.Ownership.of(client.get_node(NODE))
+    listed = Ownership.of(client.get_node(NODE))
     assert listed.names == {DONGLE}
     client.list_as_owned(NODE, listed, frozenset({DONGLE, SEAT}))
     # The value it tests is stale now.
-    with pytest.raises(kube.KubeError, match=r"another writer\?\): 422"):
+    with pytest.raises(KubeError, match=r"another writer\?\): 422"):
         client.list_as_owned(NODE, listed, frozenset())
     assert owned(apiserver.snapshot()) == f"{SEAT},{DONGLE}"
     # Any other refusal is passed on as it is.
-    with pytest.raises(kube.ApiError) as refused:
+    with pytest.raises(ApiError) as refused:
         client.list_as_owned("node-b", listed, frozenset())
     assert refused.value.status == 403
 
@@ -241,7 +250,7 @@ def test_the_annotation_changes_only_as_it_was_read(
 )
 def test_only_extended_resources_are_read_from_the_annotation(value: str, names: set[str]) -> None:
     node = {"metadata": {"annotations": {OWNED: value}, "resourceVersion": "7"}}
-    assert kube.Ownership.of(node).names == names
+    assert Ownership.of(node).names == names
 
 
 def test_api_server_down_at_start_then_up(
@@ -363,8 +372,8 @@ def test_kubeconfig_forms(
         relative_paths=not inline,
         key_in_cert_file=not inline,
     )
-    credentials = kube.load_credentials(KubernetesSettings(kubeconfig=path))
-    node = kube.NodeClient(credentials).get_node(NODE)
+    credentials = load_credentials(KubernetesSettings(kubeconfig=path))
+    node = NodeClient(credentials).get_node(NODE)
     assert node["metadata"]["name"] == NODE
 
 
@@ -373,12 +382,12 @@ def test_in_cluster_credentials(
 ) -> None:
     apiserver.add_token("pod-token")
     environment = apiserver.write_service_account(tmp_path / "sa", "pod-token")
-    monkeypatch.setattr(kube, "SERVICE_ACCOUNT_DIR", tmp_path / "sa")
+    monkeypatch.setattr(credentials_module, "SERVICE_ACCOUNT_DIR", tmp_path / "sa")
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    credentials = kube.load_credentials(KubernetesSettings(in_cluster=True))
-    kube.NodeClient(credentials).patch_node_status(
-        NODE, [{"op": "add", "path": kube.capacity_path(DONGLE), "value": "3"}]
+    credentials = load_credentials(KubernetesSettings(in_cluster=True))
+    NodeClient(credentials).patch_node_status(
+        NODE, [{"op": "add", "path": capacity_path(DONGLE), "value": "3"}]
     )
     assert apiserver.snapshot().capacity(NODE)[DONGLE] == "3"
 
@@ -412,8 +421,8 @@ def test_in_cluster_credentials(
 def test_unusable_kubeconfigs_are_clear_errors(tmp_path: Path, document: str, message: str) -> None:
     path = tmp_path / "kubeconfig"
     path.write_text(document)
-    with pytest.raises(kube.KubeError, match=message):
-        kube.load_credentials(KubernetesSettings(kubeconfig=path))
+    with pytest.raises(KubeError, match=message):
+        load_credentials(KubernetesSettings(kubeconfig=path))
 
 
 @pytest.mark.parametrize(
@@ -421,4 +430,4 @@ def test_unusable_kubeconfigs_are_clear_errors(tmp_path: Path, document: str, me
     [("4", 4), ("04", 4), ("1k", 1000), ("1000", 1000), ("1Ki", 1024), ("1e3", 1000), ("x", None)],
 )
 def test_quantities_compare_by_value(text: str, value: int | None) -> None:
-    assert kube.quantity_value(text) == value
+    assert quantity_value(text) == value

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import NotifySocket
-from token_resource.notify import SystemdNotifier
+from token_resource.host.notify import SystemdNotifier
 
 
 def test_messages_reach_a_real_notify_socket(

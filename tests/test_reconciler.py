@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from types import MappingProxyType
 
-from token_resource.config import AgentSettings, Config, ResourceSpec
-from token_resource.reconciler import PluginState, Reconciler
+from token_resource.config.model import AgentSettings, Config, ResourceSpec
+from token_resource.kubelet.reconciler import PluginState, Reconciler
 
 
 def config(directory: Path, **counts: int) -> Config:

@@ -19,10 +19,10 @@ from types import MappingProxyType
 import grpc
 
 from tests.standin.kubelet import KubeletStandin, serves_exactly
-from token_resource.config import ResourceSpec
-from token_resource.protocol import KUBELET_SOCKET, registration_handler
+from token_resource.config.model import ResourceSpec
+from token_resource.kubelet.reconciler import Reconciler
 from token_resource.protocol import deviceplugin_pb2 as pb
-from token_resource.reconciler import Reconciler
+from token_resource.protocol.deviceplugin import KUBELET_SOCKET, registration_handler
 
 RESOURCES = MappingProxyType(
     {

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from token_resource.sockets import (
+from token_resource.kubelet.sockets import (
     MAX_SOCKET_PATH,
     SocketPathError,
     is_agent_socket,

@@ -19,7 +19,7 @@ import pytest
 from tests.harness import AGENT_COMMAND, TWO_RESOURCES, AgentProcess, write_file
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.standin.podresources import Admitted, PodResourcesStandin
-from token_resource.control import Answer, ControlServer
+from token_resource.host.control import Answer, ControlServer
 from token_resource.protocol.podresources import pod_resources_handler
 
 LICENSE, TOKEN = "example.com/license", "example.com/token"

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from token_resource.config import MAX_COUNT
-from token_resource.protocol import MAX_MESSAGE_BYTES
-from token_resource.tokens import AllocationError, TokenPool, token_id, token_index
+from token_resource.config.model import MAX_COUNT
+from token_resource.kubelet.tokens import AllocationError, TokenPool, token_id, token_index
+from token_resource.protocol.deviceplugin import MAX_MESSAGE_BYTES
 
 
 def ids(pool: TokenPool) -> list[str]:

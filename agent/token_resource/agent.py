@@ -15,31 +15,25 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from token_resource.allocation import Allocation, AllocationUnknown, read_allocation
-from token_resource.config import (
-    DEVICE_PLUGIN,
-    NODE_STATUS,
-    Config,
-    ConfigDiff,
-    ConfigError,
-    describe_change,
-    diff_configs,
-    load_reload,
-)
-from token_resource.configwatch import DISAPPEARED_SETTLE_SECONDS, ConfigPaths
-from token_resource.control import Answer, ControlServer
-from token_resource.fswatch import DirectoryWatcher, FileEvent
-from token_resource.lock import directory_lock
-from token_resource.nodestatus import NodeStatusAdvertiser
-from token_resource.notify import SystemdNotifier
-from token_resource.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
-from token_resource.protocol import KUBELET_SOCKET
-from token_resource.reconciler import Reconciler
-from token_resource.report import ResourceReport, StatusReport
-from token_resource.sockets import is_agent_socket_name, remove_stale_sockets
+from token_resource.apiserver.nodestatus import NodeStatusAdvertiser
+from token_resource.config.diff import ConfigDiff, describe_change, diff_configs
+from token_resource.config.errors import ConfigError
+from token_resource.config.load import load_reload
+from token_resource.config.model import DEVICE_PLUGIN, NODE_STATUS, Config
+from token_resource.config.watch import DISAPPEARED_SETTLE_SECONDS, ConfigPaths
+from token_resource.host.control import Answer, ControlServer
+from token_resource.host.fswatch import DirectoryWatcher, FileEvent
+from token_resource.host.lock import directory_lock
+from token_resource.host.notify import SystemdNotifier
+from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
+from token_resource.kubelet.reconciler import Reconciler
+from token_resource.kubelet.sockets import is_agent_socket_name, remove_stale_sockets
+from token_resource.observe.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
+from token_resource.observe.report import ResourceReport, StatusReport
+from token_resource.protocol.deviceplugin import KUBELET_SOCKET
 
 if TYPE_CHECKING:
-    from token_resource.exposition import Exposition
+    from token_resource.observe.exposition import Exposition
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +66,8 @@ class Agent:
         # Only built when metrics are configured: the library is imported only then.
         self._exposition: Exposition | None = None
         if config.metrics.enabled:
-            from token_resource.exposition import Exposition  # noqa: PLC0415
-            from token_resource.metrics import Metrics  # noqa: PLC0415
+            from token_resource.observe.exposition import Exposition  # noqa: PLC0415
+            from token_resource.observe.metrics import Metrics  # noqa: PLC0415
 
             metrics = Metrics(asyncio.get_running_loop(), self.report)
             self._observer = metrics

@@ -182,7 +182,7 @@ def test_the_agent_imports_the_vendored_watchdog(build: Build) -> None:
     done = subprocess.run(
         [
             sys.executable, "-S", "-c",
-            "import token_resource.fswatch, watchdog, watchdog.events\n"
+            "import token_resource.host.fswatch, watchdog, watchdog.events\n"
             "assert watchdog.events.FileClosedEvent\n"
             "print(watchdog.__file__)",
         ],

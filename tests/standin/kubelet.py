@@ -44,7 +44,8 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from token_resource.protocol import (
+from token_resource.protocol import deviceplugin_pb2 as pb
+from token_resource.protocol.deviceplugin import (
     ALLOCATE,
     GET_DEVICE_PLUGIN_OPTIONS,
     GET_PREFERRED_ALLOCATION,
@@ -56,7 +57,6 @@ from token_resource.protocol import (
     VERSION,
     registration_handler,
 )
-from token_resource.protocol import deviceplugin_pb2 as pb
 
 LOG = logging.getLogger("kubelet-standin")
 

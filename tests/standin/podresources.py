@@ -19,8 +19,8 @@ from pathlib import Path
 import grpc
 
 from tests.standin.kubelet import KubeletStandin
-from token_resource.protocol import HEALTHY
 from token_resource.protocol import podresources_pb2 as pb
+from token_resource.protocol.deviceplugin import HEALTHY
 from token_resource.protocol.podresources import pod_resources_handler
 
 POD_RESOURCES_SOCKET = "kubelet.sock"

@@ -6,8 +6,8 @@ import asyncio
 import re
 from collections.abc import AsyncGenerator, Iterable, Sequence
 
-from token_resource.protocol import HEALTHY
 from token_resource.protocol import deviceplugin_pb2 as pb
+from token_resource.protocol.deviceplugin import HEALTHY
 
 TOKEN_ID_PREFIX = "token-"
 _TOKEN_ID = re.compile(r"token-(0|[1-9][0-9]*)")

@@ -19,16 +19,10 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from token_resource.config import KubernetesSettings
-from token_resource.kube import (
-    KubeError,
-    NodeClient,
-    Ownership,
-    capacity_path,
-    load_credentials,
-    node_name,
-    quantity_value,
-)
+from token_resource.apiserver.client import KubeError
+from token_resource.apiserver.credentials import load_credentials, node_name
+from token_resource.apiserver.node import NodeClient, Ownership, capacity_path, quantity_value
+from token_resource.config.model import KubernetesSettings
 
 log = logging.getLogger(__name__)
 

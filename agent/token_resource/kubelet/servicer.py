@@ -10,10 +10,10 @@ from typing import Any, Callable, NoReturn
 import grpc
 import grpc.aio
 
-from token_resource.config import ResourceSpec
-from token_resource.observer import Observer
+from token_resource.config.model import ResourceSpec
+from token_resource.kubelet.tokens import AllocationError, TokenPool
+from token_resource.observe.observer import Observer
 from token_resource.protocol import deviceplugin_pb2 as pb
-from token_resource.tokens import AllocationError, TokenPool
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

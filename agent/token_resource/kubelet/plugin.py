@@ -10,12 +10,12 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-from token_resource.config import ResourceSpec
-from token_resource.observer import Observer
-from token_resource.protocol import MAX_MESSAGE_BYTES, device_plugin_handler
-from token_resource.servicer import TokenServicer
-from token_resource.sockets import socket_name
-from token_resource.tokens import TokenPool
+from token_resource.config.model import ResourceSpec
+from token_resource.kubelet.servicer import TokenServicer
+from token_resource.kubelet.sockets import socket_name
+from token_resource.kubelet.tokens import TokenPool
+from token_resource.observe.observer import Observer
+from token_resource.protocol.deviceplugin import MAX_MESSAGE_BYTES, device_plugin_handler
 
 # Enough for ended streams and in-flight Allocate calls to finish; then they are cancelled.
 _STOP_GRACE_SECONDS = 1.0
@@ -40,7 +40,7 @@ class PluginServer:
         self.pool = TokenPool(spec.count)
         self.endpoint = socket_name(spec.name, directory)
         self.path = directory / self.endpoint
-        self.log = logging.getLogger(f"token_resource.plugin.{spec.name}")
+        self.log = logging.getLogger(f"{__name__}.{spec.name}")
         self._server: grpc.aio.Server | None = None
         self._servicer: TokenServicer | None = None
         self._inode: int | None = None

@@ -15,7 +15,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from token_resource.config import MetricsSettings, format_listen
+from token_resource.config.model import MetricsSettings, format_listen
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,9 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from token_resource.config import ConfigError, config_files, dropin_dir
-from token_resource.fswatch import FileEvent
+from token_resource.config.errors import ConfigError
+from token_resource.config.load import config_files, dropin_dir
+from token_resource.host.fswatch import FileEvent
 
 # A reload follows a complete write (closed after writing, renamed or linked into place) after
 # this settle delay, which lets a burst of such events end in one reload.

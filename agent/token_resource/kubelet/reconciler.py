@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from token_resource.config import ResourceSpec, diff_resources
-from token_resource.observer import NullObserver, Observer
-from token_resource.plugin import PluginServer
-from token_resource.protocol import KUBELET_SOCKET
-from token_resource.registration import RegistrationError, register
+from token_resource.config.diff import diff_resources
+from token_resource.config.model import ResourceSpec
+from token_resource.kubelet.plugin import PluginServer
+from token_resource.kubelet.registration import RegistrationError, register
+from token_resource.observe.observer import NullObserver, Observer
+from token_resource.protocol.deviceplugin import KUBELET_SOCKET
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-from token_resource.protocol import KUBELET_SOCKET, REGISTER, VERSION
+from token_resource.kubelet.servicer import OPTIONS
 from token_resource.protocol import deviceplugin_pb2 as pb
-from token_resource.servicer import OPTIONS
+from token_resource.protocol.deviceplugin import KUBELET_SOCKET, REGISTER, VERSION
 
 # A current kubelet dials the plugin back before it answers, for up to 10 s.
 REGISTER_TIMEOUT = 15.0

@@ -13,9 +13,9 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
+from token_resource.observe.report import Holder
 from token_resource.protocol import podresources_pb2 as pb
 from token_resource.protocol.podresources import GET_ALLOCATABLE_RESOURCES, LIST
-from token_resource.report import Holder
 
 # The kubelet answers from memory; longer means it is stuck, and status must not be.
 READ_TIMEOUT_SECONDS = 2.0

@@ -19,8 +19,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from token_resource import __version__
-from token_resource.observer import APPLIED, RESULTS
-from token_resource.report import StatusReport
+from token_resource.observe.observer import APPLIED, RESULTS
+from token_resource.observe.report import StatusReport
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,100 @@
+"""`token-resource check`: every error in the files, or what each resource becomes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR, node_name
+from token_resource.cli.common import EXIT_FAILED, EXIT_OK, socket_errors
+from token_resource.config.load import validate_config
+from token_resource.config.model import (
+    DEFAULT_POD_RESOURCES_SOCKET,
+    DEVICE_PLUGIN,
+    Config,
+    KubernetesSettings,
+    ResourceSpec,
+    format_listen,
+)
+from token_resource.host import logs
+from token_resource.kubelet.sockets import socket_name
+
+
+def check(args: argparse.Namespace) -> int:
+    validation = validate_config(args.config)
+    config = validation.config
+    errors = list(validation.errors) if config is None else socket_errors(config, args.config)
+    if config is None or errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        # As systemd's ExecStartPre, leave the reason where `systemctl status` shows it.
+        _notify_status(f"invalid configuration: {errors[0]}{more}")
+        for error in errors:
+            logs.print_error(f"token-resource: invalid configuration: {error}")
+        return EXIT_FAILED
+    files = ", ".join(str(path) for path in config.files)
+    print(f"{args.config}: valid ({files})")
+    print(f"device-plugin directory: {config.agent.device_plugin_dir}")
+    if config.uses_api_server:
+        print(f"node status: {_api_access(config.kubernetes)}")
+    if config.agent.pod_resources_socket != DEFAULT_POD_RESOURCES_SOCKET:
+        print(f"PodResources socket (who holds the tokens): {config.agent.pod_resources_socket}")
+    metrics = config.metrics
+    if metrics.enabled:
+        outputs = [
+            *([f"textfile {metrics.textfile}"] if metrics.textfile is not None else []),
+            *([f"http://{format_listen(metrics.listen)}/metrics"] if metrics.listen else []),
+        ]
+        print(f"metrics: {', '.join(outputs)}")
+    if not config.resources:
+        print("no resources configured")
+    for spec in config.resources.values():
+        print(f"  {spec.name}: {_becomes(spec, config)}")
+        keys = (
+            ("count", "env", "advertise")
+            if spec.advertise == DEVICE_PLUGIN
+            else ("count", "advertise")
+        )
+        for key in keys:
+            origin = spec.origin(key)
+            shown = json.dumps(getattr(spec, key))  # TOML spelling, for an int or a string
+            print(f"    {key} = {shown}  ({origin if origin is not None else 'default'})")
+    for name, path in config.removed.items():
+        print(f"  {name}: removed by {path}")
+    return EXIT_OK
+
+
+def _becomes(spec: ResourceSpec, config: Config) -> str:
+    """What the resource really is, for the node: a device plugin or a Node status entry."""
+    if spec.advertise == DEVICE_PLUGIN:
+        endpoint = socket_name(spec.name, config.agent.device_plugin_dir)
+        return f"device plugin: {spec.count} token(s) on socket {endpoint}, IDs in ${spec.env}"
+    node = node_name(config.kubernetes)
+    return f"node status: capacity {spec.count} on Node {node} (no socket, no environment variable)"
+
+
+def _api_access(settings: KubernetesSettings) -> str:
+    """Which Node the agent writes, with which credentials, and whether it can read them."""
+    node = node_name(settings)
+    named = "from node_name" if settings.node_name else "the host name"
+    if settings.in_cluster:
+        credentials, path = "in-cluster service account token", SERVICE_ACCOUNT_DIR / "token"
+    else:
+        credentials, path = "kubeconfig", settings.kubeconfig
+    try:
+        with path.open("rb"):
+            readable = "readable"
+    except OSError as error:
+        # Not a configuration error: the agent retries until it can read them.
+        readable = f"not readable: {error.strerror or error}; the agent retries until it is"
+    return f"Node {node} ({named}), {credentials} {path} ({readable})"
+
+
+def _notify_status(status: str) -> None:
+    """Send STATUS= to systemd; without the sdnotify library, `check` goes on without it."""
+    try:
+        from token_resource.host.notify import SystemdNotifier  # noqa: PLC0415 (optional here)
+    except ImportError:
+        return
+    notifier = SystemdNotifier()
+    notifier.status(status)
+    notifier.close()

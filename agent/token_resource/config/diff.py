@@ -1,0 +1,59 @@
+"""What changed between two configurations, resource by resource."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from token_resource.config.model import Config, ResourceSpec
+
+
+@dataclass(frozen=True)
+class ConfigDiff:
+    added: tuple[ResourceSpec, ...]
+    removed: tuple[ResourceSpec, ...]
+    changed: tuple[tuple[ResourceSpec, ResourceSpec], ...]
+    unchanged: tuple[ResourceSpec, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def diff_configs(old: Config, new: Config) -> ConfigDiff:
+    """Compare resources by name; each part of the result is sorted by name."""
+    return diff_resources(old.resources, new.resources)
+
+
+def diff_resources(
+    before: Mapping[str, ResourceSpec], after: Mapping[str, ResourceSpec]
+) -> ConfigDiff:
+    """The difference between two sets of resources by name, each part sorted by name."""
+    common = sorted(before.keys() & after.keys())
+    return ConfigDiff(
+        added=tuple(after[name] for name in sorted(after.keys() - before.keys())),
+        removed=tuple(before[name] for name in sorted(before.keys() - after.keys())),
+        changed=tuple(
+            (before[name], after[name]) for name in common if _differs(before[name], after[name])
+        ),
+        unchanged=tuple(after[name] for name in common if not _differs(before[name], after[name])),
+    )
+
+
+def _differs(old: ResourceSpec, new: ResourceSpec) -> bool:
+    # Sources are not compared: moving a definition to another file changes nothing.
+    return old != new
+
+
+def describe_change(old: ResourceSpec, new: ResourceSpec) -> str:
+    """What changed in a resource, key by key, e.g. "count 5 → 8, env LICENSE → SEATS"."""
+    parts = [
+        f"{key} {before} → {after}"
+        for key, before, after in (
+            ("count", old.count, new.count),
+            ("env", old.env, new.env),
+            ("advertise", old.advertise, new.advertise),
+        )
+        if before != after
+    ]
+    return ", ".join(parts) if parts else "unchanged"

@@ -1,0 +1,280 @@
+"""Reading the main file and its drop-ins, merging them key by key, and validating the result.
+
+The one place that says what a valid configuration (and a valid reload) is: the agent, `check`
+and the tests all ask it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from token_resource.config.errors import (
+    ConfigError,
+    Invalid,
+    find_line,
+    format_key,
+    located,
+    os_reason,
+    quote,
+)
+from token_resource.config.model import (
+    DEVICE_PLUGIN,
+    AgentSettings,
+    Config,
+    KubernetesSettings,
+    MetricsSettings,
+    ResourceSpec,
+    format_listen,
+)
+from token_resource.config.names import default_env_name
+from token_resource.config.sections import Document, parse_document
+
+
+def dropin_dir(main: Path) -> Path:
+    """E.g. /etc/token-resource.toml -> /etc/token-resource.d."""
+    return main.parent / f"{main.stem}.d"
+
+
+def config_files(main: Path) -> list[Path]:
+    """The main file, then its drop-ins in the order they apply; no drop-in directory is fine."""
+    directory = dropin_dir(main)
+    try:
+        dropins = sorted(
+            (path for path in directory.iterdir() if _is_dropin(path)), key=lambda p: p.name
+        )
+    except FileNotFoundError:
+        return [main]
+    except OSError as error:
+        raise ConfigError(
+            f"cannot list the drop-in directory: {os_reason(error)}", file=directory
+        ) from None
+    return [main, *dropins]
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The files' configuration, or every error found in them (then ``config`` is None)."""
+
+    config: Config | None
+    errors: tuple[ConfigError, ...]
+
+    def result(self) -> Config:
+        """The configuration; else the first error is raised (the agent needs one answer)."""
+        if self.config is None:
+            raise self.errors[0]
+        return self.config
+
+
+def load_config(main: Path) -> Config:
+    """Read and parse the main file and its drop-ins; every failure is a ConfigError."""
+    return validate_config(main).result()
+
+
+def validate_config(main: Path) -> Validation:
+    """Every error in the files that one run can find, for `check`: each file is read and
+    parsed on its own (with each bad section or resource reported); what only the files
+    together can get wrong (a count no file sets, two resources with one env) is checked
+    once every file parsed, as it would otherwise report the fallout of the other errors."""
+    errors: list[ConfigError] = []
+    try:
+        paths = config_files(main)
+    except ConfigError as error:
+        errors.append(error)
+        paths = [main]
+    documents: list[tuple[Path, str]] = []
+    for path in paths:
+        try:
+            documents.append((path, _read_text(path)))
+        except ConfigError as error:
+            errors.append(error)
+    return _validate(main, documents, errors)
+
+
+def load_reload(
+    main: Path,
+    running: AgentSettings,
+    running_metrics: MetricsSettings = MetricsSettings(),  # noqa: B008 (frozen)
+) -> Config:
+    """What a reload of the files would apply to an agent running with these settings.
+
+    The one rule for "is this a valid reload": everything load_config refuses, and a change
+    of a setting that only a restart applies (the agent serves from the old one until then).
+    """
+    config = load_config(main)
+    restart_only = (
+        ("agent.device_plugin_dir", running.device_plugin_dir, config.agent.device_plugin_dir),
+        ("metrics.textfile", running_metrics.textfile, config.metrics.textfile),
+        ("metrics.listen", running_metrics.listen, config.metrics.listen),
+    )
+    for key, before, after in restart_only:
+        if before != after:
+            raise ConfigError(
+                f"{key.partition('.')[2]} changed from {_setting(before)} to {_setting(after)}: "
+                "this takes a restart of the agent, not a reload",
+                file=main,
+                key=key,
+            )
+    return config
+
+
+def _setting(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, tuple):
+        return format_listen(value)
+    return str(value)
+
+
+def parse_config(documents: Sequence[tuple[Path, str]]) -> Config:
+    """Build a Config from (path, text) pairs: the main file first, then its drop-ins."""
+    return _validate(documents[0][0], documents, []).result()
+
+
+def _validate(
+    main: Path, documents: Sequence[tuple[Path, str]], errors: list[ConfigError]
+) -> Validation:
+    """The Config the documents make, after ``errors`` (those found reading the files)."""
+    parsed = _parse_documents(main, documents, errors)
+    if errors:
+        return Validation(None, tuple(errors))
+    agent: dict[str, Any] = {}
+    kubernetes: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    # Per resource, each key a file set: (value, that file); and the last file to mention it.
+    settings: dict[str, dict[str, tuple[Any, Path]]] = {}
+    sources: dict[str, Path] = {}
+    removed: dict[str, Path] = {}
+    kubernetes_table = False
+    for path, document in parsed:
+        kubernetes_table |= document.kubernetes_table
+        agent.update(document.agent)
+        kubernetes.update(document.kubernetes)
+        metrics.update(document.metrics)
+        for name, keys in document.resources.items():
+            if keys is None:
+                if settings.pop(name, None) is not None:
+                    removed[name] = path
+                sources.pop(name, None)
+            else:
+                removed.pop(name, None)
+                settings.setdefault(name, {}).update(
+                    {key: (value, path) for key, value in keys.items()}
+                )
+                sources[name] = path
+    texts = dict(documents)
+    resources: dict[str, ResourceSpec] = {}
+    for name, keys in settings.items():
+        try:
+            resources[name] = _build_resource(name, keys, sources[name], texts)
+        except ConfigError as error:
+            errors.append(error)
+    errors.extend(_env_collisions(resources, texts))
+    if kubernetes.get("in_cluster") and "kubeconfig" in kubernetes:
+        errors.append(
+            ConfigError("set either kubeconfig or in_cluster = true, not both", key="kubernetes")
+        )
+    if errors:
+        return Validation(None, tuple(errors))
+    config = Config(
+        agent=AgentSettings(**agent),
+        resources=resources,
+        files=tuple(path for path, _ in documents),
+        kubernetes=KubernetesSettings(**kubernetes),
+        metrics=MetricsSettings(**metrics),
+        removed=removed,
+        kubernetes_table=kubernetes_table,
+    )
+    return Validation(config, ())
+
+
+def _parse_documents(
+    main: Path, documents: Sequence[tuple[Path, str]], errors: list[ConfigError]
+) -> list[tuple[Path, Document]]:
+    """Each document parsed on its own; their errors go to ``errors``."""
+    parsed: list[tuple[Path, Document]] = []
+    for path, text in documents:
+        document = parse_document(path, text, errors)
+        if document is None:
+            continue
+        if path == main and not document.defined:
+            errors.append(
+                ConfigError(
+                    "the main file defines nothing (empty, or only comments): an incomplete "
+                    "write? To serve no resources, write an empty [resources] table",
+                    file=path,
+                )
+            )
+        parsed.append((path, document))
+    return parsed
+
+
+def _is_dropin(path: Path) -> bool:
+    # Hidden names are editors' lock and backup files (Emacs's ".#x.toml" is even a dangling
+    # symlink). Anything else is kept, dangling symlinks included, so a broken drop-in is
+    # reported instead of silently ignored.
+    return path.suffix == ".toml" and not path.name.startswith(".") and not path.is_dir()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read: {os_reason(error)}", file=path) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"invalid UTF-8: {error.reason} at byte {error.start}",
+            file=path,
+            line=data.count(b"\n", 0, error.start) + 1,
+        ) from None
+
+
+def _build_resource(
+    name: str, settings: Mapping[str, tuple[Any, Path]], source: Path, texts: Mapping[Path, str]
+) -> ResourceSpec:
+    """One resource from the keys its files set, the later file winning key by key."""
+    origins = {key: path for key, (_, path) in settings.items()}
+    key_path = ("resources", name)
+    if "count" not in settings:
+        reason = "count is required: no file sets it for this resource"
+        raise located(Invalid(key_path, reason), source, texts[source])
+    advertise = settings["advertise"][0] if "advertise" in settings else DEVICE_PLUGIN
+    if "env" in settings and advertise != DEVICE_PLUGIN:
+        env_file = origins["env"]
+        reason = (
+            "env only applies to device-plugin resources: node-status resources allocate no IDs"
+        )
+        raise located(Invalid((*key_path, "env"), reason), env_file, texts[env_file])
+    env = settings["env"][0] if "env" in settings else default_env_name(name)
+    return ResourceSpec(name, settings["count"][0], env, source, advertise, origins)
+
+
+def _env_collisions(
+    resources: Mapping[str, ResourceSpec], texts: Mapping[Path, str]
+) -> list[ConfigError]:
+    # One container may request several resources; each needs its own variable.
+    errors: list[ConfigError] = []
+    users: dict[str, ResourceSpec] = {}
+    for name in sorted(resources):
+        spec = resources[name]
+        if spec.advertise != DEVICE_PLUGIN:
+            continue
+        other = users.setdefault(spec.env, spec)
+        if other is not spec:
+            key_path = ("resources", name)
+            file = spec.origin("env") or spec.source
+            errors.append(
+                ConfigError(
+                    f"env {quote(spec.env)} is also the env of resource {quote(other.name)}"
+                    f" (defined in {other.origin('env') or other.source}); set a different env"
+                    " for one of them",
+                    file=file,
+                    key=format_key(key_path),
+                    line=find_line(texts[file], key_path),
+                )
+            )
+    return errors

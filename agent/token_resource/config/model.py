@@ -1,0 +1,115 @@
+"""The validated configuration: frozen settings per section and one ResourceSpec per resource."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+
+DEFAULT_CONFIG_PATH = Path("/etc/token-resource.toml")
+DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+# The kubelet's own credentials: its node identity may patch its own Node's status.
+DEFAULT_KUBECONFIG = Path("/etc/kubernetes/kubelet.conf")
+DEFAULT_RESYNC_SECONDS = 30.0
+MIN_RESYNC_SECONDS, MAX_RESYNC_SECONDS = 1.0, 3600.0
+# How a resource reaches the scheduler.
+DEVICE_PLUGIN, NODE_STATUS = "device-plugin", "node-status"
+ADVERTISE_MODES = (DEVICE_PLUGIN, NODE_STATUS)
+# A ListAndWatch list of 100k "token-N" devices is ~2.5 MB, under the kubelet's 4 MiB gRPC limit.
+MAX_COUNT = 100_000
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """One extended resource: `count` devices named to pods through the `env` variable.
+
+    ``advertise`` says how the scheduler learns the count: through a device plugin (the
+    kubelet), or by patching the Node's status on the API server (``env`` is then unused).
+    ``source`` is the last file that set any of its keys, ``origins`` the file of each key that
+    a file set (the others are defaults). Where a setting was written changes nothing the
+    kubelet or a pod can see, so neither takes part in comparisons.
+    """
+
+    name: str
+    count: int
+    env: str
+    source: Path = field(compare=False)
+    advertise: str = DEVICE_PLUGIN
+    origins: Mapping[str, Path] = field(default_factory=dict, compare=False)
+
+    def origin(self, key: str) -> Path | None:
+        """The file that set ``key``, or None for a default."""
+        return self.origins.get(key)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    device_plugin_dir: Path = DEFAULT_DEVICE_PLUGIN_DIR
+    # Read on demand (status, metrics) to tell who holds the tokens; never needed to serve.
+    pod_resources_socket: Path = DEFAULT_POD_RESOURCES_SOCKET
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """Where the Prometheus metrics go; neither by default, so no port opens unasked."""
+
+    # A file for node_exporter's textfile collector (the host convention).
+    textfile: Path | None = None
+    # (IP address, port) of an HTTP listener for scrapes (the DaemonSet convention).
+    listen: tuple[str, int] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.textfile is not None or self.listen is not None
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """API server access for node-status resources."""
+
+    kubeconfig: Path = DEFAULT_KUBECONFIG
+    # The pod's service-account credentials instead of a kubeconfig.
+    in_cluster: bool = False
+    # None: the host name, lower-cased, as the kubelet names its Node.
+    node_name: str | None = None
+    resync_seconds: float = DEFAULT_RESYNC_SECONDS
+
+
+@dataclass(frozen=True)
+class Config:
+    agent: AgentSettings
+    resources: Mapping[str, ResourceSpec]
+    files: tuple[Path, ...]
+    kubernetes: KubernetesSettings = KubernetesSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    # Resources an earlier file defined and a later one took away with `remove = true`.
+    removed: Mapping[str, Path] = field(default_factory=dict)
+    # Whether any file has a [kubernetes] table (even an empty one).
+    kubernetes_table: bool = False
+
+    def __post_init__(self) -> None:
+        # Immutable and in a stable order however it was built, so that holders of a Config can
+        # share it and log or serve its resources deterministically.
+        ordered = {name: self.resources[name] for name in sorted(self.resources)}
+        object.__setattr__(self, "resources", MappingProxyType(ordered))
+
+    @property
+    def uses_api_server(self) -> bool:
+        """Whether the agent talks to the API server: for a node-status resource, or, given a
+        [kubernetes] table, to remove the node-status resources its Node still lists after the
+        last of them left the files while the agent was stopped."""
+        modes = {spec.advertise for spec in self.resources.values()}
+        return self.kubernetes_table or NODE_STATUS in modes
+
+    def advertised_by(self, mode: str) -> Config:
+        """The same configuration with only the resources advertised ``mode``'s way."""
+        kept = {name: spec for name, spec in self.resources.items() if spec.advertise == mode}
+        return replace(self, resources=kept)
+
+
+def format_listen(address: tuple[str, int]) -> str:
+    """E.g. ("::1", 9464) -> "[::1]:9464", as written in the file."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,61 @@
+"""The kubelet's rules for extended resource names, and the environment variable named after one."""
+
+from __future__ import annotations
+
+import re
+
+from token_resource.config.errors import quote
+
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
+_NAME_PART = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_MAX_NAME_PART_LENGTH = 63
+# The kubelet also requires "requests." + name to be a valid qualified name (the resource's
+# quota key), which leaves the domain 9 characters short of a DNS subdomain's 253.
+_QUOTA_PREFIX = "requests."
+_MAX_DOMAIN_LENGTH = 253 - len(_QUOTA_PREFIX)
+# The kubelet treats any name containing "kubernetes.io/" as a native resource.
+_RESERVED_DOMAIN_SUFFIX = "kubernetes.io"
+
+
+def default_env_name(resource_name: str) -> str:
+    """E.g. "example.com/token" -> "TOKEN_RESOURCE_EXAMPLE_COM_TOKEN"."""
+    return "TOKEN_RESOURCE_" + re.sub(r"[^A-Za-z0-9]+", "_", resource_name).upper()
+
+
+def resource_name_problem(name: str) -> str | None:
+    """Why the kubelet would refuse `name` as an extended resource name, or None if it would not."""
+    if name.count("/") != 1:
+        return 'a resource name must be "<domain>/<name>" with exactly one "/"'
+    if name.startswith(_QUOTA_PREFIX):
+        return f'a resource name must not start with "{_QUOTA_PREFIX}" (reserved for quotas)'
+    domain, _, part = name.partition("/")
+    return _domain_problem(domain) or _name_part_problem(part)
+
+
+def _domain_problem(domain: str) -> str | None:
+    if not domain:
+        return 'the domain before "/" is empty'
+    if len(domain) > _MAX_DOMAIN_LENGTH:
+        return f"the domain is longer than {_MAX_DOMAIN_LENGTH} characters"
+    if not DNS_SUBDOMAIN.fullmatch(domain):
+        return (
+            f"the domain {quote(domain)} is not a DNS subdomain: lowercase letters, digits, '-'"
+            " and '.', each dot-separated label starting and ending with a letter or digit"
+        )
+    if domain.endswith(_RESERVED_DOMAIN_SUFFIX):
+        return f"the domain {quote(domain)} is reserved: kubernetes.io names are native resources"
+    return None
+
+
+def _name_part_problem(part: str) -> str | None:
+    if not part:
+        return 'the name after "/" is empty'
+    if len(part) > _MAX_NAME_PART_LENGTH:
+        return f'the name after "/" is longer than {_MAX_NAME_PART_LENGTH} characters'
+    if not _NAME_PART.fullmatch(part):
+        return (
+            f"the name after \"/\" ({quote(part)}) must consist of letters, digits, '-', '_'"
+            " and '.', starting and ending with a letter or digit"
+        )
+    return None

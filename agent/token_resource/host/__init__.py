@@ -1,0 +1,6 @@
+"""The host wing: talks to what runs beside the agent on its own machine.
+
+systemd's notification socket (``notify``), the journal (``logs``), the operator's
+``token-resource reload``/``status`` (``control``), inotify (``fswatch``) and the lock that
+keeps one agent per directory (``lock``). It imports nothing of the agent's own but ``_compat``.
+"""
