@@ -1,6 +1,6 @@
 """Every ``token-resource ...`` command line in the READMEs and the man pages parses.
 
-The command lines are taken from where the documents show commands: in README.md and
+The command lines are taken from where the documents show commands: in README.md, docs/*.md and
 packaging/ansible/README.md the code blocks, table cells and inline code that start with
 ``token-resource``, and in the man pages the
 SYNOPSIS, bold text and no-fill (``.nf``) blocks. A synopsis such as
@@ -23,6 +23,7 @@ from token_resource import cli
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 ANSIBLE_README = REPO / "packaging/ansible/README.md"
+TOPICS = sorted((REPO / "docs").glob("*.md"))
 MAN_PAGES = sorted((REPO / "packaging/man").glob("*.[58]"))
 PROGRAM = "token-resource"
 
@@ -231,6 +232,8 @@ def is_placeholder(word: str) -> bool:
 
 def documented() -> list[tuple[str, str]]:
     found = markdown_commands(README) + markdown_commands(ANSIBLE_README)
+    for topic in TOPICS:
+        found += markdown_commands(topic)
     for page in MAN_PAGES:
         found += man_commands(page)
     return found
@@ -243,7 +246,8 @@ def test_the_extraction_finds_the_documented_commands() -> None:
     # Strict enough that a change in how the documents are written cannot go unnoticed as
     # "no commands found, nothing failed".
     files = [place.split(":")[0] for place, _ in DOCUMENTED]
-    assert files.count("README.md") >= 16, DOCUMENTED
+    assert files.count("README.md") >= 3, DOCUMENTED
+    assert sum(file.startswith("docs/") for file in files) >= 16, DOCUMENTED
     assert files.count("packaging/ansible/README.md") >= 3, DOCUMENTED
     assert files.count("packaging/man/token-resource.8") >= 9, DOCUMENTED
     assert files.count("packaging/man/token-resource.toml.5") >= 2, DOCUMENTED

@@ -621,7 +621,7 @@ def test_the_demo_asks_for_more_tokens_than_a_node_of_the_base_has() -> None:
     assert "$TOKEN_RESOURCE_EXAMPLE_COM_TOKEN" in " ".join(container["command"])
 
 
-# --- the README ---------------------------------------------------------------------------------
+# --- the docs -------------------------------------------------------------------------------------
 
 
 def test_only_the_metrics_overlay_opens_a_port_and_its_annotations_name_it() -> None:
@@ -638,10 +638,9 @@ def test_only_the_metrics_overlay_opens_a_port_and_its_annotations_name_it() -> 
         assert annotations["prometheus.io/path"] == "/metrics"
 
 
-def test_the_readme_applies_only_kustomizations_that_exist_and_are_tested() -> None:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## On Kubernetes", 1)[1].split("\n## ", 1)[0]
-    applied = re.findall(r"kubectl apply -k deploy/kubernetes/([\w./-]+)", section)
-    assert applied, "the section shows no `kubectl apply -k`"
-    for path in applied:
-        assert path.rstrip("/") in KUSTOMIZATIONS, path
+def test_the_docs_apply_only_kustomizations_that_exist_and_are_tested() -> None:
+    for document in (REPO / "README.md", REPO / "docs" / "kubernetes.md"):
+        applied = re.findall(r"kubectl apply -k deploy/kubernetes/([\w./-]+)", document.read_text())
+        assert applied, f"{document} shows no `kubectl apply -k`"
+        for path in applied:
+            assert path.rstrip("/") in KUSTOMIZATIONS, (document, path)
