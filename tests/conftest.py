@@ -7,8 +7,6 @@ import os
 # the descriptors subprocess closed (grpc/grpc#43055); the children exec at once and need none.
 os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
 
-import shutil
-import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,19 +14,23 @@ from typing import Any
 import pytest
 
 from tests.harness import AgentProcess
+from tests.paths import short_temporary_directory
 from tests.standin.kubelet import KubeletStandin
 from tests.standin.podresources import PodResourcesStandin
 
 
 @pytest.fixture
 def device_plugin_dir() -> Iterator[Path]:
-    """A short path of its own: a unix socket path holds at most 107 bytes, and pytest's
-    ``tmp_path`` is long enough to leave no room for the agent's socket names."""
-    directory = Path(tempfile.mkdtemp(prefix="tr-dp-"))
-    try:
+    """A short path of its own (tests/paths.py): room for the agent's socket names."""
+    with short_temporary_directory("tr-dp-") as directory:
         yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    """A short directory for the sockets a test binds itself (tests/paths.py)."""
+    with short_temporary_directory("tr-s-") as directory:
+        yield directory
 
 
 @pytest.fixture
@@ -40,11 +42,8 @@ def kubelet(device_plugin_dir: Path) -> Iterator[KubeletStandin]:
 @pytest.fixture
 def pod_resources_dir() -> Iterator[Path]:
     """Where the kubelet stand-in serves PodResources (short, like device_plugin_dir)."""
-    directory = Path(tempfile.mkdtemp(prefix="tr-pr-"))
-    try:
+    with short_temporary_directory("tr-pr-") as directory:
         yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tests.paths import short_directory
 from tests.standin.kubelet import KubeletStandin, KubeletView
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "etc" / "token-resource.toml"
@@ -30,7 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tour", action="store_true", help="make a few edits, then exit")
     args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="token-resource-demo-"))
+    # The kubelet's and the agent's sockets live in it: a short directory (tests/paths.py).
+    workdir = short_directory("token-resource-demo-")
     try:
         return _demo(workdir, tour=args.tour)
     finally:

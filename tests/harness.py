@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from tests.paths import short_directory
 
 AGENT_COMMAND = (sys.executable, "-m", "token_resource")
 
@@ -101,10 +104,12 @@ class AgentProcess:
         self.device_plugin_dir = device_plugin_dir
         self.config_path = workdir / "token-resource.toml"
         self.dropin_dir = workdir / "token-resource.d"
-        self.control_socket = workdir / "run" / "control.sock"
         self.log_path = workdir / "agent.log"
         workdir.mkdir(parents=True, exist_ok=True)
-        self.notify = NotifySocket(workdir / "notify.sock")
+        # The sockets in a short directory (tests/paths.py), which kill() removes.
+        self.sockets = short_directory("tr-agent-")
+        self.control_socket = self.sockets / "run" / "control.sock"
+        self.notify = NotifySocket(self.sockets / "notify.sock")
         self.process: subprocess.Popen[bytes] | None = None
 
     def agent_section(self) -> str:
@@ -173,6 +178,7 @@ class AgentProcess:
             self.process.kill()
             self.process.wait()
         self.notify.close()
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 def write_file(path: Path, text: str, *, atomic: bool) -> None:

@@ -110,13 +110,13 @@ def test_version_and_help_need_no_library(bare_path: str, args: list[str]) -> No
     assert first.startswith("token-resource " if args == ["--version"] else "usage: token-resource")
 
 
-def test_check_needs_no_library(bare_path: str, configs: dict[str, Path], tmp_path: Path) -> None:
+def test_check_needs_no_library(bare_path: str, configs: dict[str, Path], socket_dir: Path) -> None:
     valid = bare(["check", "--config", str(configs["valid"])], bare_path)
     assert (valid.returncode, valid.stderr) == (0, ""), valid
     assert "example.com/token: device plugin: 2 token(s)" in valid.stdout
     # As ExecStartPre=, with $NOTIFY_SOCKET set: without sdnotify there is no STATUS=, the
     # reason is still given.
-    notify = str(tmp_path / "notify.sock")
+    notify = str(socket_dir / "notify.sock")
     for env in ({}, {"NOTIFY_SOCKET": notify}):
         invalid = bare(["check", "--config", str(configs["invalid"])], bare_path, **env)
         assert invalid.returncode == 1, invalid
@@ -124,9 +124,9 @@ def test_check_needs_no_library(bare_path: str, configs: dict[str, Path], tmp_pa
         assert line.startswith(f"token-resource: invalid configuration: {configs['invalid']}")
 
 
-def test_status_and_reload_need_no_library(bare_path: str, tmp_path: Path) -> None:
+def test_status_and_reload_need_no_library(bare_path: str, socket_dir: Path) -> None:
     for command in ("status", "reload"):
-        result = bare([command, "--control-socket", str(tmp_path / "none.sock")], bare_path)
+        result = bare([command, "--control-socket", str(socket_dir / "none.sock")], bare_path)
         assert result.returncode == 1, result
         [line] = result.stderr.splitlines()
         assert line.startswith(f"token-resource {command}: cannot reach the agent"), line
@@ -176,8 +176,8 @@ def test_metrics_need_prometheus_client_only_when_configured(
     assert (imported.returncode, imported.stderr) == (0, ""), imported
 
 
-def test_check_without_sdnotify_under_systemd(configs: dict[str, Path], tmp_path: Path) -> None:
-    notify = str(tmp_path / "notify.sock")
+def test_check_without_sdnotify_under_systemd(configs: dict[str, Path], socket_dir: Path) -> None:
+    notify = str(socket_dir / "notify.sock")
     valid = without(
         ["sdnotify"], ["check", "--config", str(configs["valid"])], NOTIFY_SOCKET=notify
     )

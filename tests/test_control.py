@@ -23,8 +23,8 @@ def test_default_path_follows_systemds_runtime_directory() -> None:
     assert default_control_socket({"RUNTIME_DIRECTORY": "/tmp/x"}) == Path("/tmp/x/control.sock")
 
 
-def test_requests_and_answers(tmp_path: Path) -> None:
-    path = tmp_path / "run" / "control.sock"
+def test_requests_and_answers(socket_dir: Path) -> None:
+    path = socket_dir / "run" / "control.sock"
 
     async def handle(command: str) -> Answer:
         return (command == "status", f"{command} handled")
@@ -53,6 +53,6 @@ def test_requests_and_answers(tmp_path: Path) -> None:
     assert not path.exists()
 
 
-def test_no_agent_is_a_clear_error(tmp_path: Path) -> None:
+def test_no_agent_is_a_clear_error(socket_dir: Path) -> None:
     with pytest.raises(ControlError, match=r"cannot reach the agent on .*control\.sock"):
-        request(tmp_path / "control.sock", "status", 1.0)
+        request(socket_dir / "control.sock", "status", 1.0)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -190,19 +191,19 @@ def refusal(error: pytest.ExceptionInfo[grpc.RpcError]) -> str:
 
 
 @pytest.fixture
-def standin(tmp_path: Path) -> Iterator[KubeletStandin]:
-    """A stand-in on tmp_path itself (conftest's ``kubelet`` uses a directory of its own)."""
-    with KubeletStandin(tmp_path, dial_timeout=5.0) as kubelet:
+def standin(socket_dir: Path) -> Iterator[KubeletStandin]:
+    """A stand-in on socket_dir itself, which the test also looks into."""
+    with KubeletStandin(socket_dir, dial_timeout=5.0) as kubelet:
         yield kubelet
 
 
 @pytest.fixture
-def plugins(tmp_path: Path) -> Iterator[Callable[..., FakePlugin]]:
-    """Start plugins serving in tmp_path; all are stopped afterwards."""
+def plugins(socket_dir: Path) -> Iterator[Callable[..., FakePlugin]]:
+    """Start plugins serving in socket_dir; all are stopped afterwards."""
     started: list[FakePlugin] = []
 
     def start(endpoint: str, devices: Sequence[tuple[str, str]] = TWO_TOKENS) -> FakePlugin:
-        started.append(FakePlugin(tmp_path / endpoint, devices))
+        started.append(FakePlugin(socket_dir / endpoint, devices))
         return started[-1]
 
     yield start
@@ -304,10 +305,10 @@ def test_endpoint_must_be_a_file_name(
     assert dict(standin.snapshot().resources) == {}
 
 
-def test_register_fails_when_the_dial_back_fails(tmp_path: Path) -> None:
-    with KubeletStandin(tmp_path, dial_timeout=1.0) as standin:
+def test_register_fails_when_the_dial_back_fails(socket_dir: Path) -> None:
+    with KubeletStandin(socket_dir, dial_timeout=1.0) as standin:
         # After the start: a starting kubelet wipes every socket in the directory.
-        stale_socket(tmp_path / "stale.sock")
+        stale_socket(socket_dir / "stale.sock")
         with pytest.raises(grpc.RpcError) as error:
             register(standin.socket_path, "stale.sock")
         assert refusal(error) == "failed to dial device plugin: context deadline exceeded"
@@ -320,11 +321,11 @@ def test_register_fails_when_the_dial_back_fails(tmp_path: Path) -> None:
 
 
 def test_register_first_answers_then_dials(
-    tmp_path: Path, plugins: Callable[..., FakePlugin]
+    socket_dir: Path, plugins: Callable[..., FakePlugin]
 ) -> None:
     # Long enough for the real plugin's dial on a busy machine; the stale one uses it all.
-    with KubeletStandin(tmp_path, dial_timeout=3.0, register_first=True) as standin:
-        stale_socket(tmp_path / "stale.sock")
+    with KubeletStandin(socket_dir, dial_timeout=3.0, register_first=True) as standin:
+        stale_socket(socket_dir / "stale.sock")
         plugins("token.sock")
         register(standin.socket_path, "stale.sock", resource="example.com/stale")
         register(standin.socket_path, "token.sock")
@@ -341,25 +342,25 @@ def test_register_first_answers_then_dials(
 
 
 def test_restart_wipes_every_file_but_the_checkpoint_and_needs_reregistration(
-    tmp_path: Path, standin: KubeletStandin, plugins: Callable[..., FakePlugin]
+    socket_dir: Path, standin: KubeletStandin, plugins: Callable[..., FakePlugin]
 ) -> None:
     plugin = plugins("token.sock")
     register(standin.socket_path, "token.sock")
     standin.wait_for(lambda v: v.counts() == {RESOURCE: 2})
-    (tmp_path / "notes.txt").write_text("a regular file goes too")
-    (tmp_path / "sub").mkdir()
-    stale_socket(tmp_path / "sub" / "nested.sock")  # the kubelet does not recurse
-    stale_socket(tmp_path / "stale.sock")
+    (socket_dir / "notes.txt").write_text("a regular file goes too")
+    (socket_dir / "sub").mkdir()
+    stale_socket(socket_dir / "sub" / "nested.sock")  # the kubelet does not recurse
+    stale_socket(socket_dir / "stale.sock")
 
     standin.restart()
 
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert sorted(p.name for p in socket_dir.iterdir()) == [
         "kubelet.sock",
         "kubelet_internal_checkpoint",
         "sub",
     ]
     assert standin.socket_path.is_socket()
-    assert (tmp_path / "sub" / "nested.sock").is_socket()
+    assert (socket_dir / "sub" / "nested.sock").is_socket()
     view = standin.snapshot()
     token = view.resources[RESOURCE]
     assert (view.generation, token.stream_open, token.allocatable) == (2, False, 0)
@@ -466,14 +467,46 @@ def test_wait_for_timeout_shows_what_the_kubelet_sees(standin: KubeletStandin) -
         standin.wait_for(never, timeout=0.2)
 
 
-def test_stop_is_idempotent(tmp_path: Path) -> None:
-    standin = KubeletStandin(tmp_path)
+def test_stop_is_idempotent(socket_dir: Path) -> None:
+    standin = KubeletStandin(socket_dir)
     standin.start()
     with pytest.raises(RuntimeError):
         standin.start()
     standin.stop()
     standin.stop()
     assert not standin.socket_path.exists()
+
+
+def test_stop_is_bounded_when_a_cancelled_stream_does_not_end(
+    socket_dir: Path, plugins: Callable[..., FakePlugin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cancel that normally ends a client thread's stream is lost: stop() then closes the
+    # stream's channel after LINK_END_SECONDS instead of waiting for ever.
+    monkeypatch.setattr(kubelet_module, "LINK_END_SECONDS", 0.5)
+    standin = KubeletStandin(socket_dir)
+    standin.start()
+    plugins("token.sock")
+    register(standin.socket_path, "token.sock")
+    standin.wait_for(lambda v: v.counts() == {RESOURCE: 2})
+    [link] = standin._ended
+    lost_cancel = threading.Event()
+
+    class LostCancel:
+        """The stream as a cancel that never arrives leaves it: still open."""
+
+        def __init__(self, call: Any) -> None:
+            self._call = call
+
+        def cancel(self) -> None:
+            lost_cancel.set()
+
+    link.call = LostCancel(link.call)  # type: ignore[assignment]
+    started = time.monotonic()
+    standin.stop()
+    assert lost_cancel.is_set()
+    assert link.thread is not None
+    assert not link.thread.is_alive()
+    assert time.monotonic() - started < 5.0
 
 
 class _Lines:
@@ -507,12 +540,12 @@ class _Lines:
 
 
 @pytest.fixture
-def run_script(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[str], _Lines]]]:
+def run_script(socket_dir: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[str], _Lines]]]:
     """Run kubelet.py as a script (as make demo and the container do); killed afterwards."""
     running: list[tuple[subprocess.Popen[str], _Lines]] = []
 
     def run(*args: str) -> tuple[subprocess.Popen[str], _Lines]:
-        command = [sys.executable, kubelet_module.__file__, "--dir", str(tmp_path), *args]
+        command = [sys.executable, kubelet_module.__file__, "--dir", str(socket_dir), *args]
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -531,11 +564,11 @@ def run_script(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[
 
 
 def test_script_mode_state_file_and_signals(
-    tmp_path: Path,
+    socket_dir: Path,
     plugins: Callable[..., FakePlugin],
     run_script: Callable[..., tuple[subprocess.Popen[str], _Lines]],
 ) -> None:
-    state_file = tmp_path / "state" / "kubelet.json"
+    state_file = socket_dir / "state" / "kubelet.json"
     state_file.parent.mkdir()
     process, lines = run_script("--state-file", str(state_file))
 
@@ -546,25 +579,25 @@ def test_script_mode_state_file_and_signals(
     lines.expect("(generation 1)")
     assert state()["generation"] == 1
     plugin = plugins("token.sock")
-    register(tmp_path / "kubelet.sock", "token.sock")
+    register(socket_dir / "kubelet.sock", "token.sock")
     lines.expect("registered example.com/token via token.sock")
     lines.expect("example.com/token: 2 devices [token-0 Healthy, token-1 Healthy]")
     assert state()["resources"][RESOURCE]["allocatable"] == 2
 
     process.send_signal(signal.SIGHUP)
     lines.expect("(generation 2)")
-    assert (tmp_path / "kubelet.sock").is_socket()
+    assert (socket_dir / "kubelet.sock").is_socket()
     assert not plugin.path.exists()
     assert state()["generation"] == 2
     assert state()["resources"][RESOURCE]["allocatable"] == 0
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(TIMEOUT) == 0
-    assert not (tmp_path / "kubelet.sock").exists()
+    assert not (socket_dir / "kubelet.sock").exists()
 
 
 def test_script_mode_exits_0_on_sigint(
-    tmp_path: Path, run_script: Callable[..., tuple[subprocess.Popen[str], _Lines]]
+    socket_dir: Path, run_script: Callable[..., tuple[subprocess.Popen[str], _Lines]]
 ) -> None:
     process, lines = run_script("--register-first")
     lines.expect("(generation 1)")
@@ -573,39 +606,39 @@ def test_script_mode_exits_0_on_sigint(
     lines.expect("kubelet stopped")
 
 
-def test_a_starting_kubelet_wipes_every_file_but_its_checkpoint(tmp_path: Path) -> None:
+def test_a_starting_kubelet_wipes_every_file_but_its_checkpoint(socket_dir: Path) -> None:
     """As 1.24 to 1.32 do: sockets, regular files (a lock file, say) and symlinks, even to a
     directory, go; the checkpoint and subdirectories stay, and nothing inside is touched."""
-    stale_socket(tmp_path / "plugin.sock")
-    (tmp_path / "token-resource.lock").write_text("1234\n")
-    (tmp_path / "link").symlink_to(tmp_path / "token-resource.lock")
-    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "file").write_text("inside a subdirectory: kept")
-    (tmp_path / "sub-link").symlink_to(tmp_path / "sub")
-    (tmp_path / "kubelet_internal_checkpoint").write_text('{"old": "checkpoint"}')
-    with KubeletStandin(tmp_path) as standin:
-        assert sorted(path.name for path in tmp_path.iterdir()) == [
+    stale_socket(socket_dir / "plugin.sock")
+    (socket_dir / "token-resource.lock").write_text("1234\n")
+    (socket_dir / "link").symlink_to(socket_dir / "token-resource.lock")
+    (socket_dir / "dangling").symlink_to(socket_dir / "nowhere")
+    (socket_dir / "sub").mkdir()
+    (socket_dir / "sub" / "file").write_text("inside a subdirectory: kept")
+    (socket_dir / "sub-link").symlink_to(socket_dir / "sub")
+    (socket_dir / "kubelet_internal_checkpoint").write_text('{"old": "checkpoint"}')
+    with KubeletStandin(socket_dir) as standin:
+        assert sorted(path.name for path in socket_dir.iterdir()) == [
             "kubelet.sock",
             "kubelet_internal_checkpoint",
             "sub",
         ]
-        assert (tmp_path / "sub" / "file").exists()
+        assert (socket_dir / "sub" / "file").exists()
         assert standin.snapshot().generation == 1
         # The starting kubelet writes its own checkpoint over the old one.
         assert json.loads(standin.checkpoint_path.read_text())["generation"] == 1
 
 
 def test_restarts_keep_only_the_checkpoint_and_rewrite_it(
-    tmp_path: Path, standin: KubeletStandin, plugins: Callable[..., FakePlugin]
+    socket_dir: Path, standin: KubeletStandin, plugins: Callable[..., FakePlugin]
 ) -> None:
     plugins("token.sock")
     register(standin.socket_path, "token.sock")
     standin.wait_for(lambda v: v.counts() == {RESOURCE: 2})
     for generation in range(2, 5):
-        (tmp_path / "marker").write_text("gone at every kubelet start")
+        (socket_dir / "marker").write_text("gone at every kubelet start")
         standin.restart()
-        assert sorted(p.name for p in tmp_path.iterdir()) == [
+        assert sorted(p.name for p in socket_dir.iterdir()) == [
             "kubelet.sock",
             "kubelet_internal_checkpoint",
         ]
@@ -613,4 +646,4 @@ def test_restarts_keep_only_the_checkpoint_and_rewrite_it(
         assert checkpoint == {"generation": generation, "registered_devices": {RESOURCE: 2}}
     standin.stop()
     # A stopping kubelet removes its socket; the checkpoint stays for the next start.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kubelet_internal_checkpoint"]
+    assert sorted(p.name for p in socket_dir.iterdir()) == ["kubelet_internal_checkpoint"]

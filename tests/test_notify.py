@@ -12,9 +12,9 @@ from token_resource.host.notify import SystemdNotifier
 
 
 def test_messages_reach_a_real_notify_socket(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    socket_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sink = NotifySocket(tmp_path / "notify.sock")
+    sink = NotifySocket(socket_dir / "notify.sock")
     monkeypatch.setenv("NOTIFY_SOCKET", str(sink.path))
     try:
         notifier = SystemdNotifier()

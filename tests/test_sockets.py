@@ -40,23 +40,23 @@ def test_a_directory_too_long_for_any_socket_name_is_an_error() -> None:
         socket_name("example.com/token", Path("/" + "d" * 90))
 
 
-def test_stale_removal_touches_only_our_sockets(tmp_path: Path) -> None:
+def test_stale_removal_touches_only_our_sockets(socket_dir: Path) -> None:
     sockets = []
     for name in ("token-resource.example.com_token.sock", "kubelet.sock", "other.sock"):
         sock = socket.socket(socket.AF_UNIX)
-        sock.bind(str(tmp_path / name))
+        sock.bind(str(socket_dir / name))
         sockets.append(sock)
-    (tmp_path / "token-resource.lock").write_text("1\n")
-    (tmp_path / "token-resource.file.sock").write_text("not a socket")
+    (socket_dir / "token-resource.lock").write_text("1\n")
+    (socket_dir / "token-resource.file.sock").write_text("not a socket")
     try:
-        assert remove_stale_sockets(tmp_path) == ["token-resource.example.com_token.sock"]
-        assert sorted(path.name for path in tmp_path.iterdir()) == [
+        assert remove_stale_sockets(socket_dir) == ["token-resource.example.com_token.sock"]
+        assert sorted(path.name for path in socket_dir.iterdir()) == [
             "kubelet.sock",
             "other.sock",
             "token-resource.file.sock",
             "token-resource.lock",
         ]
-        assert not is_agent_socket(tmp_path / "token-resource.file.sock")
+        assert not is_agent_socket(socket_dir / "token-resource.file.sock")
     finally:
         for sock in sockets:
             sock.close()

@@ -185,9 +185,9 @@ def test_a_kubelet_without_get_allocatable_resources_still_lists_holders(
     assert holders(report, TOKEN) == [("default/web-1/app", ["token-0"])]
 
 
-def test_an_agent_from_before_status_reports_has_its_line_printed_as_is(tmp_path: Path) -> None:
+def test_an_agent_from_before_status_reports_has_its_line_printed_as_is(socket_dir: Path) -> None:
     """During a package upgrade the command may be new and the running agent still old."""
-    path = tmp_path / "control.sock"
+    path = socket_dir / "control.sock"
     old_line = "2 resource(s), 2/2 registered: example.com/license=5, example.com/token=2"
 
     async def old_agent(command: str) -> Answer:

@@ -74,6 +74,10 @@ _PRETTY_DEVICES = 20
 # A plugin's messages are refused above this size, as by the kubelet's gRPC client.
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
 _REGISTER_WORKERS = 16
+# How long stop() (and a replacing Register) waits for a client thread to end after its stream
+# was cancelled, and again after its channel was closed. A cancelled sync stream was once seen
+# still waiting in __next__ under heavy load; closing the channel ends it for certain.
+LINK_END_SECONDS = 10.0
 # The device manager's checkpoint: the one file a starting kubelet leaves in its directory.
 CHECKPOINT = "kubelet_internal_checkpoint"
 
@@ -292,7 +296,7 @@ class KubeletStandin:
         self._server: grpc.Server | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._links: dict[str, _Link] = {}  # the live link per resource name
-        self._threads: list[threading.Thread] = []  # every link thread not yet joined
+        self._ended: list[_Link] = []  # every link whose thread may not have ended yet
         self._views: dict[str, ResourceView] = {}
         self._rejected: list[str] = []
 
@@ -346,14 +350,13 @@ class KubeletStandin:
             if server is None or executor is None:
                 return
             self._server = self._executor = None
-            threads, self._threads = self._threads, []
+            links, self._ended = self._ended, []
             self._drop_links()
             self._changed("kubelet stopped: every resource has allocatable 0")
         server.stop(None).wait()
         # In-flight Register calls see the stop (their dial is abandoned) and return quickly.
         executor.shutdown(wait=True)
-        for thread in threads:
-            thread.join()
+        _wait_until_ended(links)
         self.socket_path.unlink(missing_ok=True)
 
     def restart(self) -> None:
@@ -466,8 +469,8 @@ class KubeletStandin:
             link.channel.close()
             context.abort(grpc.StatusCode.UNAVAILABLE, "the kubelet restarted during Register")
         # The old stream is already cancelled; let its thread finish before answering.
-        if replaced is not None and replaced.thread is not None:
-            replaced.thread.join()
+        if replaced is not None:
+            _wait_until_ended([replaced])
         return pb.Empty()
 
     def _refuse(
@@ -555,7 +558,9 @@ class KubeletStandin:
             link.thread = threading.Thread(
                 target=self._run_link, args=(link,), name=f"kubelet-{name}", daemon=True
             )
-            self._threads = [t for t in self._threads if t.is_alive()] + [link.thread]
+            self._ended = [
+                live for live in self._ended if live.thread and live.thread.is_alive()
+            ] + [link]
             link.thread.start()
             self._changed(f"registered {name} via {request.endpoint}")
             return replaced
@@ -668,6 +673,25 @@ class KubeletStandin:
             _write_atomically(self._state_file, json.dumps(self._snapshot().to_dict(), indent=2))
         for event in events:
             LOG.info("%s", event)
+
+
+def _wait_until_ended(links: Sequence[_Link]) -> None:
+    """Wait for the client threads of ``links``, whose streams were cancelled: a bounded wait,
+    then their channels closed and another; a thread still running then is an error."""
+    deadline = time.monotonic() + LINK_END_SECONDS
+    for link in links:
+        if link.thread is not None:
+            link.thread.join(max(deadline - time.monotonic(), 0))
+    stuck = [link for link in links if link.thread is not None and link.thread.is_alive()]
+    for link in stuck:
+        LOG.warning("%s: the client thread outlived its cancelled stream", link.resource)
+        link.channel.close()
+    for link in stuck:
+        assert link.thread is not None
+        link.thread.join(LINK_END_SECONDS)
+    still = [link.resource for link in stuck if link.thread is not None and link.thread.is_alive()]
+    if still:
+        raise RuntimeError(f"kubelet stand-in: the client threads of {still} did not end")
 
 
 class _View(Protocol):
