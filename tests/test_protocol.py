@@ -1,6 +1,6 @@
 """The message classes built from a descriptor: what protoc makes of the .proto, on any runtime.
 
-``tests/deviceplugin.desc`` is protoc's description of ``deviceplugin.proto`` (written by
+``tests/<name>.desc`` is protoc's description of ``<name>.proto`` (written by
 ``make proto``; ``make proto-check`` fails when it or the .pyi is stale), so these tests need no
 protoc and run on every protobuf this suite runs on (RHEL 9's 3.14 to PyPI's newest).
 """
@@ -14,6 +14,11 @@ from google.protobuf import descriptor_pb2
 
 from token_resource.protocol import (
     deviceplugin_descriptor,
+    dra_descriptor,
+    dra_v1_pb2,
+    dra_v1beta1_pb2,
+    pluginregistration_descriptor,
+    pluginregistration_pb2,
     podresources_descriptor,
     podresources_pb2,
 )
@@ -25,6 +30,9 @@ HERE = Path(__file__).parent
 PROTOCOLS = {
     "deviceplugin": (deviceplugin_descriptor.FILE, pb),
     "podresources": (podresources_descriptor.FILE, podresources_pb2),
+    "pluginregistration": (pluginregistration_descriptor.FILE, pluginregistration_pb2),
+    "dra_v1": (dra_descriptor.FILE_V1, dra_v1_pb2),
+    "dra_v1beta1": (dra_descriptor.FILE_V1BETA1, dra_v1beta1_pb2),
 }
 protocols = pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 

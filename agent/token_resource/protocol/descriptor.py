@@ -99,8 +99,10 @@ def _file_descriptor_proto(file: ProtoFile) -> descriptor_pb2.FileDescriptorProt
                 entry = message.nested_type.add(name=entry_name)
                 entry.options.map_entry = True
                 _add_field(entry, 1, "key", STRING)
-                assert not isinstance(kind, str), "map values are scalars here"
-                _add_field(entry, 2, "value", kind)
+                if isinstance(kind, str):
+                    _add_field(entry, 2, "value", MESSAGE, f".{package}.{kind}")
+                else:
+                    _add_field(entry, 2, "value", kind)
                 type_name = f".{package}.{name}.{entry_name}"
                 field = _add_field(message, number, field_name, MESSAGE, type_name)
             elif isinstance(kind, str):
