@@ -86,7 +86,7 @@ def fields_of(
                     descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
                 )
                 kind = f"map<{value.type_name.rsplit('.', 1)[-1]}>"
-            rows.append((field.name, field.number, kind, field.label))
+            rows.append((field.name, field.number, kind, int(field.label)))
         found[message.name] = rows
     return found
 
