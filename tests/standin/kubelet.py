@@ -11,6 +11,12 @@ real kubelet's (see the project's device-plugin notes); two kubelet generations 
 - ``register_first`` (1.24-era): Register is answered at once and the dial happens afterwards
   (a failure is only logged), and the options come from ``RegisterRequest.options``.
 
+The endpoint is joined onto the directory unchecked, as both kubelets read do
+(``filepath.Join(socketDir, r.Endpoint)``), so ``sub/plugin.sock`` is a socket in a
+subdirectory, which the wipe at start leaves alone. For the agent's fallback a kubelet that
+will not take such an endpoint is modelled too (``subdirectory_endpoints``): one that refuses
+the Register, and one (register_first) that answers it and never dials.
+
 Integration tests use :class:`KubeletStandin` in-process. ``make demo`` and the Debian 12
 container run this file as a script, where only the installed ``token_resource`` package,
 grpcio and protobuf exist, so it imports nothing from ``tests``::
@@ -199,7 +205,14 @@ def is_extended_resource_name(name: str) -> bool:
     )
 
 
-def registration_problem(request: pb.RegisterRequest) -> str | None:
+# How a kubelet treats an endpoint with a "/" in it: joined onto its directory (every real one
+# read), refused, or accepted and never dialled.
+JOINED, REFUSED, NEVER_DIALLED = "joined", "refused", "never-dialled"
+
+
+def registration_problem(
+    request: pb.RegisterRequest, subdirectory_endpoints: str = JOINED
+) -> str | None:
     """Why the kubelet refuses this Register before dialling the plugin, or None."""
     if request.version != VERSION:
         return (
@@ -208,7 +221,7 @@ def registration_problem(request: pb.RegisterRequest) -> str | None:
         )
     if not is_extended_resource_name(request.resource_name):
         return f"the ResourceName {_quote(request.resource_name)} is invalid"
-    if request.endpoint in ("", ".", "..") or "/" in request.endpoint:
+    if subdirectory_endpoints == REFUSED and "/" in request.endpoint:
         return (
             f"endpoint {_quote(request.endpoint)} is not the file name of a socket "
             "in the device-plugin directory"
@@ -284,11 +297,13 @@ class KubeletStandin:
         *,
         dial_timeout: float = 10.0,
         register_first: bool = False,
+        subdirectory_endpoints: str = JOINED,
         state_file: Path | None = None,
     ) -> None:
         self.socket_dir = Path(os.path.abspath(socket_dir))
         self._dial_timeout = dial_timeout
         self._register_first = register_first
+        self._subdirectory_endpoints = subdirectory_endpoints
         self._state_file = state_file
         self._cond = threading.Condition()
         # Guarded by _cond:
@@ -450,7 +465,7 @@ class KubeletStandin:
     def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
         with self._cond:
             generation = self._generation
-        problem = registration_problem(request)
+        problem = registration_problem(request, self._subdirectory_endpoints)
         if problem is not None:
             self._refuse(context, request, problem)
         path = self.socket_dir / request.endpoint
@@ -577,6 +592,12 @@ class KubeletStandin:
         refused = False
         try:
             if self._register_first:
+                if (
+                    self._subdirectory_endpoints == NEVER_DIALLED
+                    and "/" in link.path.relative_to(self.socket_dir).as_posix()
+                ):
+                    LOG.info("%s: not dialling %s (a subdirectory)", link.resource, link.path)
+                    return
                 self._dial(link, lambda: link.closed)
             call = self._open_stream(link)
             for response in call or ():
