@@ -27,10 +27,9 @@ from token_resource.host.lock import directory_lock
 from token_resource.host.notify import SystemdNotifier
 from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.kubelet.reconciler import Reconciler
-from token_resource.kubelet.sockets import is_agent_socket_name, remove_stale_sockets
+from token_resource.kubelet.sockets import remove_stale_sockets, remove_subdirectory
 from token_resource.observe.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
-from token_resource.observe.report import ResourceReport, StatusReport
-from token_resource.protocol.deviceplugin import KUBELET_SOCKET
+from token_resource.observe.report import PluginSockets, ResourceReport, StatusReport
 
 if TYPE_CHECKING:
     from token_resource.observe.exposition import Exposition
@@ -72,15 +71,18 @@ class Agent:
             metrics = Metrics(asyncio.get_running_loop(), self.report)
             self._observer = metrics
             self._exposition = Exposition(config.metrics, metrics.registry)
+        self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
         self._reconciler = Reconciler(
-            config.agent.device_plugin_dir, self._publish_status, self._observer
+            config.agent.device_plugin_dir,
+            self._publish_status,
+            self._observer,
+            self._watcher.watch,
         )
         # Tokens in use per resource, from the latest read of the kubelet's PodResources API
         # (for the STATUS= line); None when the last read failed or none was made yet.
         self._in_use: dict[str, int] | None = None
         # Only built once the config uses the API server (Config.uses_api_server).
         self._advertiser: NodeStatusAdvertiser | None = None
-        self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._pending_reload: asyncio.TimerHandle | None = None
@@ -99,7 +101,7 @@ class Agent:
                 await self._control.start()
                 # Before any plugin registers: a listen address in use ends the start at once.
                 self._start_exposition()
-                self._watcher.watch(directory)
+                self._reconciler.watch_directories()
                 self._watch_config()
                 self._watcher.start()
                 self._install_signal_handlers(loop)
@@ -174,7 +176,7 @@ class Agent:
         """Watch the directories of every path the configuration resolves through now, and
         ``renewed`` afresh (a directory re-created under the same name needs a new watch)."""
         wanted = self._config_paths.refresh()
-        kept = {self._config.agent.device_plugin_dir}
+        kept = self._reconciler.directories()
         for directory in self._config_dirs - wanted - kept:
             self._watcher.unwatch(directory)
         for directory in sorted(wanted - kept):
@@ -191,9 +193,7 @@ class Agent:
     def _on_file_event(self, event: FileEvent) -> None:
         if event.kind in ("opened", "closed_no_write"):
             return
-        directory = self._config.agent.device_plugin_dir
-        if event.path.parent == directory or (event.dest and event.dest.parent == directory):
-            self._on_socket_event(event)
+        self._reconciler.on_file_event(event)
         if self._config_paths.concerns(event):
             # A directory created or renamed into place under a watched name is a new one.
             renewed = event.dest or event.path
@@ -202,17 +202,6 @@ class Agent:
             settle = self._config_paths.settle_delay(event)
             if settle is not None:
                 self._reload_soon(settle)
-
-    def _on_socket_event(self, event: FileEvent) -> None:
-        kubelet_socket = self._config.agent.device_plugin_dir / KUBELET_SOCKET
-        if (event.kind == "created" and event.path == kubelet_socket) or (
-            event.kind == "moved" and event.dest == kubelet_socket
-        ):
-            self._reconciler.kubelet_started()
-        elif event.kind in ("deleted", "moved") and event.path == kubelet_socket:
-            self._reconciler.kubelet_stopped()
-        elif event.kind in ("deleted", "moved") and is_agent_socket_name(event.path.name):
-            self._reconciler.socket_removed(event.path.name)
 
     def _reload_soon(self, settle: float) -> None:
         """Reload after ``settle`` seconds; a later event within them starts the wait again,
@@ -266,7 +255,11 @@ class Agent:
             self._in_use = None if allocation is None else in_use
             self._publish_status()
         ordered = tuple(sorted(resources, key=lambda resource: resource.name))
-        return StatusReport(self._status(), str(socket), problem, ordered)
+        layout = self._reconciler.layout
+        sockets = PluginSockets(
+            str(layout.directory), "subdirectory" if layout.subdirectory else "top-level"
+        )
+        return StatusReport(self._status(), str(socket), problem, ordered, sockets)
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         # Handlers only record the signal; the loop does the work.
@@ -344,6 +337,7 @@ class Agent:
         if self._exposition is not None:
             await self._exposition.close()
         await self._reconciler.close()
+        remove_subdirectory(self._config.agent.device_plugin_dir)
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.
             await self._advertiser.close()

@@ -17,7 +17,7 @@ from token_resource.config.model import (
     format_listen,
 )
 from token_resource.host import logs
-from token_resource.kubelet.sockets import socket_name
+from token_resource.kubelet.sockets import SocketLayout
 
 
 def check(args: argparse.Namespace) -> int:
@@ -66,7 +66,7 @@ def check(args: argparse.Namespace) -> int:
 def _becomes(spec: ResourceSpec, config: Config) -> str:
     """What the resource really is, for the node: a device plugin or a Node status entry."""
     if spec.advertise == DEVICE_PLUGIN:
-        endpoint = socket_name(spec.name, config.agent.device_plugin_dir)
+        endpoint = SocketLayout(config.agent.device_plugin_dir).endpoint(spec.name)
         return f"device plugin: {spec.count} token(s) on socket {endpoint}, IDs in ${spec.env}"
     node = node_name(config.kubernetes)
     return f"node status: capacity {spec.count} on Node {node} (no socket, no environment variable)"

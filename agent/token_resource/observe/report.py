@@ -53,16 +53,27 @@ class ResourceReport:
 
 
 @dataclass(frozen=True)
+class PluginSockets:
+    """Where the device-plugin sockets are: the agent's own directory, which kubelet restarts
+    leave alone, or beside kubelet.sock (the fallback for a kubelet that will not take it)."""
+
+    directory: str
+    layout: str  # "subdirectory" or "top-level"
+
+
+@dataclass(frozen=True)
 class StatusReport:
     summary: str  # the STATUS= line
     pod_resources_socket: str
     # Why the kubelet could not tell who holds the tokens; None when it did.
     pod_resources_error: str | None
     resources: tuple[ResourceReport, ...]
+    plugin_sockets: PluginSockets | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "summary": self.summary,
+            "plugin_sockets": None if self.plugin_sockets is None else asdict(self.plugin_sockets),
             "pod_resources": {
                 "socket": self.pod_resources_socket,
                 "error": self.pod_resources_error,
@@ -84,6 +95,14 @@ def render_text(report: Mapping[str, Any]) -> str:
             + ", ".join(holder["device_ids"])
             for holder in resource["holders"] or ()
         )
+    sockets = report.get("plugin_sockets")  # absent in the answers of older agents
+    if sockets is not None:
+        kept = (
+            "kept across kubelet restarts"
+            if sockets["layout"] == "subdirectory"
+            else "beside kubelet.sock: the kubelet did not take the agent's own directory"
+        )
+        lines.append(f"device-plugin sockets: {sockets['directory']} ({kept})")
     return "\n".join(lines)
 
 
