@@ -229,6 +229,11 @@ class ResourcesMixin:
             ]
 
         if verb == "watch":
+            since = params.get("resourceVersion", "")
+            if since and not since.isdigit():
+                # A 400 as for any unparsable option; the real server's exact words not checked.
+                message = f'invalid resource version "{since}"'
+                raise fail(400, "BadRequest", message)
             timeout = float(params.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
             stream = watch_stream(
                 self._cond,
