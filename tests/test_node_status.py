@@ -1,6 +1,6 @@
 """Node-status mode: the real agent and ``node-status`` command against an API server stand-in.
 
-The stand-in (tests/standin/apiserver.py) speaks HTTPS with certificates made here, applies
+The stand-in (tests/standin/apiserver/) speaks HTTPS with certificates made here, applies
 JSON patches with a real RFC 6902 implementation and authorizes like the Node authorizer.
 """
 

@@ -22,6 +22,10 @@ container run this file as a script, where only the installed ``token_resource``
 grpcio and protobuf exist, so it imports nothing from ``tests``::
 
     python3 kubelet.py --dir DIR [--state-file FILE] [--register-first]
+        [--plugins-registry-dir DIR [--node NODE] [--apiserver URL --ca F --cert F --key F]]
+
+The DRA options need kubelet_plugins.py and kubelet_dra.py beside this file; without them
+nothing but this file is needed.
 
 It prints one line per event. SIGHUP restarts the kubelet (wiping every file in DIR but its
 checkpoint), SIGTERM and SIGINT stop it.
@@ -30,6 +34,7 @@ checkpoint), SIGTERM and SIGINT stop it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -45,7 +50,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -63,6 +68,10 @@ from token_resource.protocol.deviceplugin import (
     VERSION,
     registration_handler,
 )
+
+if TYPE_CHECKING:
+    from tests.standin.kubelet_dra import ApiAccess, CallResult, DraManager, DraView
+    from tests.standin.kubelet_plugins import PluginWatcher
 
 LOG = logging.getLogger("kubelet-standin")
 
@@ -156,6 +165,7 @@ class KubeletView:
     generation: int  # incremented at every start, so a restart is visible
     resources: Mapping[str, ResourceView]
     rejected: tuple[str, ...]  # refused Register calls and protocol violations, oldest first
+    dra: DraView | None = None  # the DRA side, when the stand-in has a plugins_registry_dir
 
     def counts(self) -> dict[str, int]:
         """Resource name -> allocatable, for terse asserts."""
@@ -166,6 +176,7 @@ class KubeletView:
             "generation": self.generation,
             "resources": {n: v.to_dict(max_devices) for n, v in self.resources.items()},
             "rejected": list(self.rejected),
+            **({"dra": self.dra.to_dict()} if self.dra is not None else {}),
         }
 
     def pretty(self) -> str:
@@ -299,7 +310,17 @@ class KubeletStandin:
         register_first: bool = False,
         subdirectory_endpoints: str = JOINED,
         state_file: Path | None = None,
+        plugins_registry_dir: Path | None = None,
+        node: str = "node-a",
+        apiserver: ApiAccess | None = None,
+        dra_versions: Sequence[str] = ("v1.DRAPlugin", "v1beta1.DRAPlugin"),
+        deregistration_grace: float = 30.0,
     ) -> None:
+        """``plugins_registry_dir`` turns on the DRA side (kubelet_plugins.py and
+        kubelet_dra.py): the plugin watcher there, the DRA manager for ``node``, wiping slices
+        through ``apiserver`` (the node's credentials; None: no wipes), speaking
+        ``dra_versions`` (a 1.32-era kubelet: ``("v1beta1.DRAPlugin",)``), wiping a gone
+        driver's slices ``deregistration_grace`` seconds after its last plugin left."""
         self.socket_dir = Path(os.path.abspath(socket_dir))
         self._dial_timeout = dial_timeout
         self._register_first = register_first
@@ -314,6 +335,25 @@ class KubeletStandin:
         self._ended: list[_Link] = []  # every link whose thread may not have ended yet
         self._views: dict[str, ResourceView] = {}
         self._rejected: list[str] = []
+        self._dra: DraManager | None = None
+        self._watcher: PluginWatcher | None = None
+        if plugins_registry_dir is not None:
+            dra = _sibling("kubelet_dra")
+            self._dra = dra.DraManager(
+                self._cond,
+                self._changed,
+                self._violation,
+                node=node,
+                apiserver=apiserver,
+                versions=dra_versions,
+                grace=deregistration_grace,
+            )
+            self._watcher = _sibling("kubelet_plugins").PluginWatcher(
+                Path(os.path.abspath(plugins_registry_dir)),
+                {"DRAPlugin": self._dra},
+                self._cond,
+                self._changed,
+            )
 
     @property
     def socket_path(self) -> Path:
@@ -357,9 +397,16 @@ class KubeletStandin:
             self._changed(
                 f"kubelet listening on {self.socket_path} (generation {self._generation})"
             )
+        if self._dra is not None and self._watcher is not None:
+            self._dra.start()  # the node-wide slice wipe, in the background as in the kubelet
+            self._watcher.start()
 
     def stop(self) -> None:
-        """Stop serving, end every ListAndWatch stream, remove ``kubelet.sock``. Idempotent."""
+        """Stop serving, end every ListAndWatch stream, remove ``kubelet.sock``; forget every
+        DRA plugin. Idempotent."""
+        if self._watcher is not None and self._dra is not None:
+            self._watcher.stop()
+            self._dra.stop()
         with self._cond:
             server, executor = self._server, self._executor
             if server is None or executor is None:
@@ -459,6 +506,29 @@ class KubeletStandin:
         rpc = link.channel.unary_unary(method, _serialize, response_type.FromString)
         response: _Response = rpc(request, timeout=timeout)
         return response
+
+    # --- DRA, as the kubelet's DRA manager calls plugins ---------------------------------------
+
+    def prepare(
+        self, driver: str, claims: Sequence[tuple[str, str, str]], timeout: float = 45.0
+    ) -> CallResult:
+        """NodePrepareResources for ``claims`` ((namespace, uid, name) each) on the driver's
+        plugin; the kubelet's verdict and each claim's answer (kubelet_dra.py)."""
+        if self._dra is None:
+            raise RuntimeError("the kubelet stand-in has no plugins_registry_dir")
+        return self._dra.call("NodePrepareResources", driver, claims, timeout)
+
+    def unprepare(
+        self, driver: str, claims: Sequence[tuple[str, str, str]], timeout: float = 45.0
+    ) -> CallResult:
+        if self._dra is None:
+            raise RuntimeError("the kubelet stand-in has no plugins_registry_dir")
+        return self._dra.call("NodeUnprepareResources", driver, claims, timeout)
+
+    def _violation(self, text: str) -> None:
+        """Caller holds the lock: a plugin broke the protocol."""
+        self._rejected.append(text)
+        self._changed(f"protocol violation: {text}")
 
     # --- Register --------------------------------------------------------------------------
 
@@ -680,7 +750,10 @@ class KubeletStandin:
 
     def _snapshot(self) -> KubeletView:
         return KubeletView(
-            self._generation, MappingProxyType(dict(self._views)), tuple(self._rejected)
+            self._generation,
+            MappingProxyType(dict(self._views)),
+            tuple(self._rejected),
+            None if self._dra is None else self._dra.snapshot(),
         )
 
     def _changed(self, *events: str) -> None:
@@ -713,6 +786,12 @@ def _wait_until_ended(links: Sequence[_Link]) -> None:
     still = [link.resource for link in stuck if link.thread is not None and link.thread.is_alive()]
     if still:
         raise RuntimeError(f"kubelet stand-in: the client threads of {still} did not end")
+
+
+def _sibling(name: str) -> Any:
+    """A module beside this one: ``tests.standin.<name>`` in the tests, ``<name>`` when this
+    file runs as a script with its siblings copied beside it (the DRA side only)."""
+    return importlib.import_module(f"{__package__}.{name}" if __package__ else name)
 
 
 class _View(Protocol):
@@ -800,6 +879,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="answer Register before dialling the plugin, like a 1.24-era kubelet",
     )
+    dra = parser.add_argument_group("DRA (needs kubelet_plugins.py and kubelet_dra.py beside)")
+    dra.add_argument("--plugins-registry-dir", type=Path, help="run the plugin watcher here")
+    dra.add_argument("--node", default="node-a", help="the node's name (default node-a)")
+    dra.add_argument("--apiserver", help="the API server's URL, for the slice wipes")
+    dra.add_argument("--ca", type=Path, help="the API server's CA (PEM)")
+    dra.add_argument("--cert", type=Path, help="the node's client certificate (PEM)")
+    dra.add_argument("--key", type=Path, help="the node's client key (PEM)")
+    dra.add_argument("--grace", type=float, default=30.0, help="seconds before a wipe")
     return parser
 
 
@@ -811,8 +898,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
     try:
         logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
+        access = None
+        if args.apiserver:
+            access = _sibling("kubelet_dra").ApiAccess(
+                args.apiserver, args.ca.read_bytes(), args.cert.read_bytes(), args.key.read_bytes()
+            )
         standin = KubeletStandin(
-            args.dir, register_first=args.register_first, state_file=args.state_file
+            args.dir,
+            register_first=args.register_first,
+            state_file=args.state_file,
+            plugins_registry_dir=args.plugins_registry_dir,
+            node=args.node,
+            apiserver=access,
+            deregistration_grace=args.grace,
         )
         with standin:
             while signal.sigwaitinfo(_SIGNALS).si_signo == signal.SIGHUP:
