@@ -89,7 +89,7 @@ def test_check_shows_what_each_resource_becomes(tmp_path: Path, readable: bool) 
     assert out.splitlines() == [
         f"{agent.config_path}: valid ({agent.config_path}, {dropin})",
         "device-plugin directory: /var/lib/kubelet/device-plugins",
-        f"node status: Node node-1 (from node_name), kubeconfig {kubeconfig} ({access})",
+        f"API server: Node node-1 (from node_name), kubeconfig {kubeconfig} ({access})",
         "  example.com/dongle: node status: capacity 4 on Node node-1 "
         "(no socket, no environment variable)",
         f"    count = 4  ({dropin})",

@@ -19,8 +19,9 @@ from token_resource.apiserver.nodestatus import NodeStatusAdvertiser
 from token_resource.config.diff import ConfigDiff, describe_change, diff_configs
 from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_reload
-from token_resource.config.model import DEVICE_PLUGIN, NODE_STATUS, Config
+from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, Config
 from token_resource.config.watch import DISAPPEARED_SETTLE_SECONDS, ConfigPaths
+from token_resource.dra.driver import DraDriver
 from token_resource.host.control import Answer, ControlServer
 from token_resource.host.fswatch import DirectoryWatcher, FileEvent
 from token_resource.host.lock import directory_lock
@@ -29,7 +30,8 @@ from token_resource.kubelet.allocation import Allocation, AllocationUnknown, rea
 from token_resource.kubelet.reconciler import Reconciler
 from token_resource.kubelet.sockets import remove_stale_sockets, remove_subdirectory
 from token_resource.observe.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
-from token_resource.observe.report import PluginSockets, ResourceReport, StatusReport
+from token_resource.observe.report import PluginSockets, StatusReport
+from token_resource.summary import dra_report, resource_reports, status_line
 
 if TYPE_CHECKING:
     from token_resource.observe.exposition import Exposition
@@ -38,8 +40,6 @@ log = logging.getLogger(__name__)
 
 # Registering N resources changes the status 2N times: build and send it once per burst.
 STATUS_DELAY_SECONDS = 0.05
-_STATUS_LISTED = 5
-_STATUS_ERROR_CHARS = 300
 
 
 class StartError(Exception):
@@ -54,7 +54,11 @@ class Agent:
         self._initial = config
         # Nothing is served until run() applies the initial config as a diff from nothing.
         self._config = Config(
-            agent=config.agent, resources=MappingProxyType({}), files=(), metrics=config.metrics
+            agent=config.agent,
+            resources=MappingProxyType({}),
+            files=(),
+            metrics=config.metrics,
+            dra=config.dra,
         )
         self._config_path = config_path
         self._config_paths = ConfigPaths(config_path)
@@ -83,6 +87,8 @@ class Agent:
         self._in_use: dict[str, int] | None = None
         # Only built once the config uses the API server (Config.uses_api_server).
         self._advertiser: NodeStatusAdvertiser | None = None
+        # Only started once the config has a DRA resource.
+        self._dra: DraDriver | None = None
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._pending_reload: asyncio.TimerHandle | None = None
@@ -144,7 +150,9 @@ class Agent:
 
     async def _reload(self, trigger: str) -> Answer:
         try:
-            config = load_reload(self._config_path, self._config.agent, self._config.metrics)
+            config = load_reload(
+                self._config_path, self._config.agent, self._config.metrics, self._config.dra
+            )
         except ConfigError as error:
             self._last_error = str(error)
             log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
@@ -160,17 +168,34 @@ class Agent:
         return True, described
 
     async def _apply(self, config: Config) -> tuple[ConfigDiff, list[str]]:
-        """Hand each resource to what advertises it: the device plugins or the Node status."""
+        """Hand each resource to what advertises it: the device plugins, DRA or the Node
+        status."""
         failures = await self._reconciler.apply(config.advertised_by(DEVICE_PLUGIN).resources)
+        failures += await self._apply_dra(config)
         node_status = {
             name: spec.count for name, spec in config.advertised_by(NODE_STATUS).resources.items()
         }
-        if config.uses_api_server and self._advertiser is None:
+        if config.manages_node_status and self._advertiser is None:
             self._advertiser = NodeStatusAdvertiser(config.kubernetes, self._publish_status)
         if self._advertiser is not None:
             self._advertiser.apply(config.kubernetes, node_status)
         diff, self._config = diff_configs(self._config, config), config
         return diff, failures
+
+    async def _apply_dra(self, config: Config) -> list[str]:
+        resources = config.advertised_by(DRA).resources
+        if resources and self._dra is None:
+            driver = DraDriver(config.dra, config.kubernetes, self._observer, self._publish_status)
+            try:
+                await driver.start()
+            except (OSError, RuntimeError) as error:
+                await driver.close()
+                log.error("DRA driver %s: cannot serve: %s", config.dra.driver, error)
+                return [f"DRA driver {config.dra.driver}: cannot serve: {error}"]
+            self._dra = driver
+        if self._dra is not None:
+            self._dra.apply(config.kubernetes, resources)
+        return []
 
     def _watch_config(self, renewed: Path | None = None) -> None:
         """Watch the directories of every path the configuration resolves through now, and
@@ -233,33 +258,19 @@ class Agent:
             allocation = await read_allocation(socket, [state.name for state in states])
         except AllocationUnknown as error:
             problem = str(error)
-        resources = [
-            ResourceReport(
-                state.name,
-                state.count,
-                DEVICE_PLUGIN,
-                state.registered,
-                None if allocation is None else allocation.holders.get(state.name, ()),
-                None
-                if allocation is None or allocation.allocatable is None
-                else allocation.allocatable.get(state.name, 0),
-            )
-            for state in states
-        ]
-        node_status = self._config.advertised_by(NODE_STATUS).resources.values()
-        resources += [
-            ResourceReport(spec.name, spec.count, NODE_STATUS, None, None) for spec in node_status
-        ]
+        dra = self._dra.state() if self._dra is not None else None
+        resources = resource_reports(states, allocation, self._config.resources, dra)
         in_use = {r.name: r.in_use for r in resources if r.in_use is not None}
         if (None if allocation is None else in_use) != self._in_use:
             self._in_use = None if allocation is None else in_use
             self._publish_status()
-        ordered = tuple(sorted(resources, key=lambda resource: resource.name))
         layout = self._reconciler.layout
         sockets = PluginSockets(
             str(layout.directory), "subdirectory" if layout.subdirectory else "top-level"
         )
-        return StatusReport(self._status(), str(socket), problem, ordered, sockets)
+        return StatusReport(
+            self._status(), str(socket), problem, tuple(resources), sockets, dra_report(dra)
+        )
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         # Handlers only record the signal; the loop does the work.
@@ -291,37 +302,14 @@ class Agent:
 
     def _status(self) -> str:
         """One line for ``systemctl status``: resources, registration, the last config error."""
-        states = self._reconciler.states()
-        node_status = self._advertiser.state() if self._advertiser is not None else None
-        if not states and not (node_status and node_status.desired):
-            text = "no resources configured"
-        elif not states:
-            text = "no device-plugin resources"
-        else:
-            listed = ", ".join(
-                f"{state.name}={state.count}{self._in_use_suffix(state.name)}"
-                for state in states[:_STATUS_LISTED]
-            )
-            if len(states) > _STATUS_LISTED:
-                listed += f", and {len(states) - _STATUS_LISTED} more"
-            if self._reconciler.kubelet_present():
-                registered = sum(state.registered for state in states)
-                where = f"{registered}/{len(states)} registered"
-            else:
-                where = "waiting for the kubelet"
-            text = f"{len(states)} resource(s), {where}: {listed}"
-        if node_status is not None and (node_status.desired or node_status.state != "accepted"):
-            listed = ", ".join(f"{name}={count}" for name, count in node_status.desired.items())
-            text += f"; node status of {node_status.node}: {node_status.state}"
-            detail = node_status.reason or listed
-            text += f" ({detail})" if detail else ""
-        if self._last_error:
-            text += f"; last reload rejected: {self._last_error[:_STATUS_ERROR_CHARS]}"
-        return text
-
-    def _in_use_suffix(self, name: str) -> str:
-        in_use = None if self._in_use is None else self._in_use.get(name)
-        return "" if in_use is None else f" ({in_use} in use)"
+        return status_line(
+            self._reconciler.states(),
+            self._reconciler.kubelet_present(),
+            self._in_use,
+            self._advertiser.state_of_node() if self._advertiser is not None else None,
+            self._dra.state() if self._dra is not None else None,
+            self._last_error,
+        )
 
     async def _shut_down(self, loop: asyncio.AbstractEventLoop) -> None:
         for stop_signal in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
@@ -338,6 +326,8 @@ class Agent:
             await self._exposition.close()
         await self._reconciler.close()
         remove_subdirectory(self._config.agent.device_plugin_dir)
+        if self._dra is not None:
+            await self._dra.close()
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.
             await self._advertiser.close()
