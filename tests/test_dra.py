@@ -5,6 +5,7 @@ sockets and real HTTPS."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from tests.paths import short_temporary_directory
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.kubelet_dra import ApiAccess
+from tests.test_metrics import scrape, value
 
 NODE = "node-a"
 DRIVER = "tokens.example.com"
@@ -444,3 +446,29 @@ def test_a_resource_moves_between_device_plugin_and_dra_with_a_reload(
     serving.write_config(config(dirs, kubeconfig, dra_resource(4)))
     apiserver.wait_for(pool_of(4), timeout=TIMEOUT)
     kubelet.wait_for(lambda view: view.counts() == {TOKEN: 0}, timeout=TIMEOUT)
+
+
+def test_prepares_and_unprepares_are_counted_in_the_metrics(
+    dra_agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    kubelet: KubeletStandin,
+    tmp_path: Path,
+) -> None:
+    metrics = '[metrics]\nlisten = "127.0.0.1:0"\n'
+    dra_agent.write_config(
+        config(dirs, kubeconfig_of(apiserver, tmp_path), metrics + dra_resource(4))
+    )
+    dra_agent.start()
+    kubelet.wait_for(registered, timeout=TIMEOUT)
+    found = re.search(r"metrics: serving (http://\S+/metrics)", dra_agent.log())
+    assert found, dra_agent.log()
+    claim = claim_id(allocate(apiserver, "web-1", "token-0"))
+    kubelet.prepare(DRIVER, [claim, ("default", "0000-missing", "missing")])
+    kubelet.unprepare(DRIVER, [claim])
+    samples = scrape(found[1])
+    assert value(samples, "token_resource_dra_prepares_total", result="ok") == 1
+    assert value(samples, "token_resource_dra_prepares_total", result="failed") == 1
+    assert value(samples, "token_resource_dra_unprepares_total", result="ok") == 1
+    assert value(samples, "token_resource_tokens_configured", resource=TOKEN) == 4
+    assert value(samples, "token_resource_registered", resource=TOKEN) == 1

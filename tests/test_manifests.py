@@ -654,11 +654,17 @@ def test_only_the_metrics_overlay_opens_a_port_and_its_annotations_name_it() -> 
 
 
 def test_the_docs_apply_only_kustomizations_that_exist_and_are_tested() -> None:
-    for document in (REPO / "README.md", REPO / "docs" / "kubernetes.md"):
-        applied = re.findall(r"kubectl apply -k deploy/kubernetes/([\w./-]+)", document.read_text())
-        assert applied, f"{document} shows no `kubectl apply -k`"
-        for path in applied:
-            assert path.rstrip("/") in KUSTOMIZATIONS, (document, path)
+    documents = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    applied = {
+        (document.name, path.rstrip("/"))
+        for document in documents
+        for path in re.findall(
+            r"kubectl apply -k deploy/kubernetes/([\w./-]+)", document.read_text()
+        )
+    }
+    assert {"README.md", "kubernetes.md", "dra.md"} <= {document for document, _ in applied}
+    for document, path in applied:
+        assert path in KUSTOMIZATIONS, (document, path)
 
 
 # --- the DRA overlay ------------------------------------------------------------------------
