@@ -23,13 +23,14 @@ from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from bench.dra import dra_section
+from bench.floor import floor_section
 from bench.scenarios import (
     Scale,
     Section,
     StartupResult,
     allocation_section,
     comparison_section,
-    floor_section,
     idle_section,
     large_section,
     reload_section,
@@ -45,6 +46,7 @@ NAMES = (
     "reload",
     "restart",
     "floor",
+    "dra",
     "allocate",
     "reloads",
     "idle",
@@ -85,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "floor" in chosen:
         with earlier_agent(args.before) as before:
             sections.append(floor_section(scale, before))
+    if "dra" in chosen:
+        sections.append(dra_section(scale))
     if "allocate" in chosen:
         sections.append(allocation_section(scale))
     if "reloads" in chosen:

@@ -22,6 +22,7 @@ UNPROCESSABLE = 422  # among others, a JSON patch whose "test" op failed
 JSON_PATCH = "application/json-patch+json"
 JSON = "application/json"
 _T = TypeVar("_T")
+_Client = TypeVar("_Client", bound="ApiClient")
 
 
 class KubeError(Exception):
@@ -44,11 +45,27 @@ class Credentials:
 
 
 class ApiClient:
-    """Requests to one API server with one set of credentials; JSON in, JSON out."""
+    """Requests to one API server with one set of credentials; JSON in, JSON out.
+
+    Requests in a row share one connection (HTTP/1.1 keep-alive: one TLS handshake for a sync
+    of many slices); :meth:`close` ends it, as does any failure.
+    """
 
     def __init__(self, credentials: Credentials, timeout: float = REQUEST_TIMEOUT) -> None:
         self._credentials = credentials
         self._timeout = timeout
+        self._connection: http.client.HTTPSConnection | None = None
+
+    def __enter__(self: _Client) -> _Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def get(self, path: str) -> dict[str, Any]:
         return self._request("GET", path)
@@ -78,12 +95,16 @@ class ApiClient:
     def _request(
         self, method: str, path: str, body: bytes | None = None, content_type: str | None = None
     ) -> dict[str, Any]:
-        connection = self._connect(self._timeout)
+        if self._connection is None:
+            self._connection = self._connect(self._timeout)
         try:
-            response = self._send(connection, method, path, body, content_type)
+            response = self._send(self._connection, method, path, body, content_type)
             data = self._read(response.read)
-        finally:
-            connection.close()
+            if response.will_close:
+                self.close()
+        except BaseException:
+            self.close()
+            raise
         try:
             answer: dict[str, Any] = json.loads(data)
         except ValueError:

@@ -68,8 +68,11 @@ def sync_node(settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
     Up to three writes, in the order that never leaves the agent's capacity unlisted (see
     kube.Ownership): list the new names, patch the capacity, drop the names of what is gone.
     """
-    node = node_name(settings)
-    client = NodeClient(load_credentials(settings))
+    with NodeClient(load_credentials(settings)) as client:
+        _sync_node(client, node_name(settings), desired)
+
+
+def _sync_node(client: NodeClient, node: str, desired: Mapping[str, int]) -> None:
     current = client.get_node(node)
     ownership = Ownership.of(current)
     wanted = frozenset(desired)

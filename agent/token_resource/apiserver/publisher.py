@@ -104,11 +104,11 @@ class SlicePublisher(Keeper[Wanted]):
         return [Pool(wanted.driver, node, name, count) for name, count in wanted.counts.items()]
 
     def _sync(self, wanted: Wanted) -> None:
-        client = ApiClient(load_credentials(wanted.settings))
         node = node_name(wanted.settings)
-        self._list_version = sync_slices(
-            client, node, wanted.driver, self._pools(wanted), self._generations
-        )
+        with ApiClient(load_credentials(wanted.settings)) as client:
+            self._list_version = sync_slices(
+                client, node, wanted.driver, self._pools(wanted), self._generations
+            )
 
     async def _quiet(self, wanted: Wanted) -> None:
         """Watch the node's slices until one of the driver's changes, the watch ends, or

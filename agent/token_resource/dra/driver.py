@@ -128,6 +128,7 @@ class DraDriver:
         settings, driver = self._kubernetes, self._settings.driver
 
         def read() -> Claim:
-            return read_claim(ApiClient(load_credentials(settings)), namespace, name, uid, driver)
+            with ApiClient(load_credentials(settings)) as client:
+                return read_claim(client, namespace, name, uid, driver)
 
         return await asyncio.to_thread(read)
