@@ -72,7 +72,7 @@ class DraService:
         response = pb.NodePrepareResourcesResponse()
         for claim, outcome in zip(claims, outcomes):
             answer = response.claims[claim.uid]
-            if isinstance(outcome, (PrepareError, KubeError)):
+            if isinstance(outcome, (PrepareError, KubeError, OSError)):
                 log.warning("claim %s/%s: not prepared: %s", claim.namespace, claim.name, outcome)
                 self._observer.claim_prepared(ok=False)
                 answer.error = str(outcome)
