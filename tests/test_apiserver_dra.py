@@ -30,11 +30,6 @@ SA_USER = "system:serviceaccount:kube-system:token-resource"
 TIMEOUT = 20.0
 
 
-@pytest.fixture(scope="module")
-def ca() -> CertificateAuthority:
-    return CertificateAuthority()
-
-
 @pytest.fixture
 def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
     standin = ApiServerStandin(ca, nodes=(NODE, OTHER), tokens={ADMIN: True, NOTHING: False})

@@ -16,7 +16,7 @@ from tests.harness import AgentProcess
 from tests.paths import short_temporary_directory
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView
-from tests.standin.kubelet_dra import ApiAccess
+from tests.test_kubelet_dra import access
 from tests.test_metrics import scrape, value
 
 NODE = "node-a"
@@ -37,20 +37,10 @@ def dirs() -> Iterator[dict[str, Path]]:
         yield paths
 
 
-@pytest.fixture(scope="module")
-def ca() -> CertificateAuthority:
-    return CertificateAuthority()
-
-
 @pytest.fixture
 def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
     with ApiServerStandin(ca, nodes=(NODE, "node-b")) as standin:
         yield standin
-
-
-def node_access(apiserver: ApiServerStandin, node: str = NODE) -> ApiAccess:
-    pair = apiserver.ca.node_certificate(node)
-    return ApiAccess(apiserver.url, apiserver.ca.cert_pem, pair.cert_pem, pair.key_pem)
 
 
 @pytest.fixture
@@ -59,7 +49,7 @@ def kubelet(dirs: dict[str, Path], apiserver: ApiServerStandin) -> Iterator[Kube
         dirs["dp"],
         plugins_registry_dir=dirs["reg"],
         node=NODE,
-        apiserver=node_access(apiserver),
+        apiserver=access(apiserver),
         deregistration_grace=1.0,
     ) as standin:
         yield standin
@@ -380,7 +370,7 @@ def test_a_v1beta1_kubelet_is_served_v1beta1(
         dirs["dp"],
         plugins_registry_dir=dirs["reg"],
         node=NODE,
-        apiserver=node_access(apiserver),
+        apiserver=access(apiserver),
         dra_versions=("v1beta1.DRAPlugin",),
     ) as kubelet:
         dra_agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), dra_resource(2)))

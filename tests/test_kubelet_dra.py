@@ -165,19 +165,15 @@ def dirs() -> Iterator[tuple[Path, Path, Path]]:
         yield paths
 
 
-@pytest.fixture(scope="module")
-def ca() -> CertificateAuthority:
-    return CertificateAuthority()
-
-
 @pytest.fixture
 def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
     with ApiServerStandin(ca, nodes=(NODE,)) as standin:
         yield standin
 
 
-def access(apiserver: ApiServerStandin) -> ApiAccess:
-    pair = apiserver.ca.node_certificate(NODE)
+def access(apiserver: ApiServerStandin, node: str = NODE) -> ApiAccess:
+    """The kubelet's own credentials for ``node``."""
+    pair = apiserver.ca.node_certificate(node)
     return ApiAccess(apiserver.url, apiserver.ca.cert_pem, pair.cert_pem, pair.key_pem)
 
 
