@@ -35,6 +35,8 @@ class KubeletConnection:
         self._on_change = on_change
         self._client: KubeletClient | None = None
         self._connecting: asyncio.Task[KubeletClient] | None = None
+        # The kubelet.sock (by inode) that the client, or the connection in progress, is for.
+        self._socket_inode: int | None = None
         self._closing: set[asyncio.Task[None]] = set()
         # The inode of kubelet.sock whose refusal was logged, to log it once.
         self._refusal_logged: int | None = None
@@ -51,9 +53,12 @@ class KubeletConnection:
         return self._client is not None
 
     def appeared(self) -> int | None:
-        """A new kubelet.sock: forget the old kubelet. Returns the new socket's inode."""
-        self._drop()
-        return self.inode()
+        """A new kubelet.sock: forget the old kubelet (not for another event about the same
+        socket). Returns the new socket's inode."""
+        inode = self.inode()
+        if inode is None or inode != self._socket_inode:
+            self._drop()
+        return inode
 
     def vanished(self) -> None:
         self._drop()
@@ -64,6 +69,7 @@ class KubeletConnection:
         if self._client is not None:
             return self._client
         if self._connecting is None:
+            self._socket_inode = self.inode()
             self._connecting = asyncio.ensure_future(self._connect())
         return await asyncio.shield(self._connecting)
 
@@ -99,6 +105,7 @@ class KubeletConnection:
             return self._client
 
     def _drop(self) -> None:
+        self._socket_inode = None
         if self._connecting is not None:
             self._connecting.cancel()
             self._connecting = None

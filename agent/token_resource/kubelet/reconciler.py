@@ -254,11 +254,14 @@ class Reconciler:
             try:
                 # Shielded: a registration cancelled mid-way must not leave a half-built server.
                 await asyncio.shield(server.ensure_serving())
-                plugin.kubelet = self._kubelet.inode()
-                if plugin.kubelet is None:
+                kubelet = self._kubelet.inode()
+                if kubelet is None:
                     server.log.info("waiting for kubelet.sock to register")
                     return
                 client = await self._kubelet.client()
+                # Only now: a kubelet.sock that appears while the connection is made cancels
+                # this task, and kubelet_started() must then see it unregistered.
+                plugin.kubelet = kubelet
                 opened = server.next_stream()
                 try:
                     await client.register(server.endpoint, server.spec.name)
