@@ -31,7 +31,18 @@ from tests.system.node import AgentNode
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-STANDIN = REPO / "tests/standin/kubelet.py"
+# The kubelet stand-in and what it imports from tests/, copied into /srv/test/ with their paths
+# (the containers run `python3 -m tests.standin.kubelet_script` with /srv/test on PYTHONPATH).
+STANDIN_FILES = tuple(
+    f"tests/{name}"
+    for name in (
+        "__init__.py",
+        "standin/__init__.py",
+        "standin/admission.py",
+        "standin/kubelet.py",
+        "standin/kubelet_script.py",
+    )
+)
 # Booting, installing and the watchdog test take longer than the unit tests' 120 s default.
 SYSTEM_TEST_TIMEOUT = 900
 
@@ -173,13 +184,20 @@ def artifacts(session_dir: Path) -> Path:
         problem = f"cannot build the .deb under test: {error}"
     if problem:
         pytest.fail(problem, pytrace=False)
-    for path in (current, newer, STANDIN):
+    for path in (current, newer):
         if not path.is_file():
             pytest.fail(f"{path} is missing", pytrace=False)
     shutil.copy(current, directory / "token-resource.deb")
     shutil.copy(newer, directory / "token-resource-upgrade.deb")
-    shutil.copy(STANDIN, directory / "kubelet.py")
+    copy_standin(directory)
     return directory
+
+
+def copy_standin(directory: Path) -> None:
+    """The kubelet stand-in's files into ``directory`` (the containers' /srv/test)."""
+    for name in STANDIN_FILES:
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, directory / name)
 
 
 @pytest.fixture(scope="module")

@@ -30,14 +30,14 @@ import pytest
 
 from tests.system import harness
 from tests.system.ansible_fleet import ANSIBLE_DIR, ansible_env, ansible_venv, missing_tools
-from tests.system.conftest import ACTIVE_NODES, STANDIN, project_version
+from tests.system.conftest import ACTIVE_NODES, copy_standin, project_version
 from tests.system.node import (
     CONFIG,
-    KUBELET_UNIT,
     PLUGIN_DIR,
     UNIT,
     AgentNode,
     config_text,
+    kubelet_unit,
     wait_for,
 )
 
@@ -118,14 +118,12 @@ def bundled_artifacts(session_dir: Path) -> Path:
             pytest.fail(f"{path} is missing", pytrace=False)
     shutil.copy(current_deb, directory / "bundled.deb")
     shutil.copy(newer_deb, directory / "bundled-upgrade.deb")
-    shutil.copy(STANDIN, directory / "kubelet.py")
+    copy_standin(directory)
     return directory
 
 
 # The stand-in needs a grpc with grpc.aio: the package's own, ahead of Debian 11's.
-KUBELET_UNIT_BULLSEYE = KUBELET_UNIT.replace(
-    "[Service]\n", f"[Service]\nEnvironment=PYTHONPATH={PRIVATE}\n"
-)
+KUBELET_UNIT_BULLSEYE = kubelet_unit(pythonpath=("/srv/test", PRIVATE))
 
 
 @pytest.fixture(scope="module")
