@@ -378,7 +378,9 @@ class KubeletStandin:
             # Older grpcio reports a failed bind by returning 0 instead of raising.
             if not server.add_insecure_port(f"unix:{self.socket_path}"):
                 raise RuntimeError(f"cannot serve on {self.socket_path}")
-            socket_at = time.monotonic()  # the file exists (plugins watching see it) from here
+            # kubelet.sock exists, listening (gRPC binds and listens here; connections wait
+            # for start()), as after a real kubelet's net.Listen.
+            socket_at = time.monotonic()
             # Before the server starts, so that the first Register sees this generation.
             self._server, self._executor = server, executor
             self._generation += 1

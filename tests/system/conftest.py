@@ -12,6 +12,8 @@ up once per suite.
 Environment:
   TOKEN_RESOURCE_DEB          the .deb under test (default: built now with packaging/deb.mk)
   TOKEN_RESOURCE_UPGRADE_DEB  a newer build of the same tree (default: built now)
+  TOKEN_RESOURCE_BUNDLED_DEB  the self-contained .deb for Debian 11 (default: built now,
+                              packaging/bundled.mk; only when a test runs on Debian 11)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -198,6 +201,50 @@ def copy_standin(directory: Path) -> None:
     for name in STANDIN_FILES:
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, directory / name)
+
+
+# The self-contained package for Debian 11: its Python, and where it keeps its libraries.
+BUNDLED_PYTHON = "3.9"
+BUNDLED_PRIVATE = "/usr/lib/token-resource/site-packages"
+
+
+def build_bundled_deb(version: str, into: Path) -> Path:
+    """`make bundled-deb` for Debian 11 (pip fetches PyPI's wheels)."""
+    harness.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(REPO),
+            "-f",
+            "packaging/bundled.mk",
+            "bundled-deb",
+            f"BUNDLED_PYTHON={BUNDLED_PYTHON}",
+            f"BUNDLED_VERSION={version}",
+            f"BUNDLED_DIST={into}",
+            f"BUNDLED_BUILD={into / 'build'}",
+            "BUNDLED_LINT=no",
+            f"BUNDLED_PIP={sys.executable} -m pip",
+        ],
+        timeout=900,
+    )
+    return into / f"token-resource-bundled_{version}_amd64.deb"
+
+
+@pytest.fixture(scope="session")
+def bundled_deb(session_dir: Path) -> Path:
+    """The bundled .deb under test: $TOKEN_RESOURCE_BUNDLED_DEB, else built once a session."""
+    given = os.environ.get("TOKEN_RESOURCE_BUNDLED_DEB")
+    problem = ""
+    try:
+        deb = Path(given) if given else build_bundled_deb(project_version(), session_dir / "bdeb")
+    except harness.HarnessError as error:
+        problem = f"cannot build the bundled .deb: {error}"
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    if not deb.is_file():
+        pytest.fail(f"{deb} is missing", pytrace=False)
+    return deb
 
 
 @pytest.fixture(scope="module")
