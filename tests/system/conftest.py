@@ -14,6 +14,7 @@ Environment:
   TOKEN_RESOURCE_UPGRADE_DEB  a newer build of the same tree (default: built now)
   TOKEN_RESOURCE_BUNDLED_DEB  the self-contained .deb for Debian 11 (default: built now,
                               packaging/bundled.mk; only when a test runs on Debian 11)
+  TOKEN_RESOURCE_IMAGE        the OCI archive under test (default: built now, `make image`)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.system import harness
 from tests.system.node import AgentNode
@@ -245,6 +247,32 @@ def bundled_deb(session_dir: Path) -> Path:
     if not deb.is_file():
         pytest.fail(f"{deb} is missing", pytrace=False)
     return deb
+
+
+@pytest.fixture(scope="session")
+def image(host: None, session_dir: Path) -> Path:
+    """The OCI archive under test: $TOKEN_RESOURCE_IMAGE, else built now with `make image`
+    (tests/system/test_image.py, test_image_import.py)."""
+    given = os.environ.get("TOKEN_RESOURCE_IMAGE")
+    if given:
+        return Path(given)
+    into = session_dir / "image"
+    try:
+        harness.run(
+            ["make", "-s", "-C", str(REPO), "image", "DEB_LINT=no", f"DEB_DIST={into}",
+             f"IMAGE_BUILD_DIR={session_dir / 'image-build'}"],
+            timeout=900,
+        )  # fmt: skip
+    except harness.HarnessError as error:
+        pytest.fail(f"make image failed: {error}", pytrace=False)
+    return into / f"token-resource-{project_version()}.oci.tar"
+
+
+def base_image() -> str:
+    """The image deploy/kubernetes/base runs, which `make image` names its archive."""
+    daemon_set = yaml.safe_load((REPO / "deploy/kubernetes/base/agent/daemonset.yaml").read_text())
+    (container,) = daemon_set["spec"]["template"]["spec"]["containers"]
+    return str(container["image"])
 
 
 @pytest.fixture(scope="module")

@@ -60,9 +60,11 @@ HOST_TOOLS = {
     "dpkg-buildpackage": "dpkg-dev",
     "dh": "debhelper",
     "lintian": "lintian",
-    # the container image: built by mmdebstrap, run by runc
+    # the container image: built by mmdebstrap, run by runc, imported by containerd's ctr
     "mmdebstrap": "mmdebstrap",
     "runc": "runc",
+    "containerd": "containerd",
+    "ctr": "containerd",
 }
 
 CGROUP_HIERARCHIES = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/systemd"))

@@ -25,7 +25,7 @@ import pytest
 from tests.configmap import ConfigMapVolume
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.system import harness
-from tests.system.conftest import REPO, project_version
+from tests.system.conftest import REPO, base_image, project_version
 
 CONTAINERFILE = REPO / "packaging/image/Containerfile"
 MAX_UNCOMPRESSED_MB = 150
@@ -39,24 +39,6 @@ def _oci_module() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="session")
-def image(host: None, session_dir: Path) -> Path:
-    """The OCI archive under test: $TOKEN_RESOURCE_IMAGE, else built now with `make image`."""
-    given = os.environ.get("TOKEN_RESOURCE_IMAGE")
-    if given:
-        return Path(given)
-    into = session_dir / "image"
-    try:
-        harness.run(
-            ["make", "-s", "-C", str(REPO), "image", "DEB_LINT=no", f"DEB_DIST={into}",
-             f"IMAGE_BUILD_DIR={session_dir / 'image-build'}"],
-            timeout=900,
-        )  # fmt: skip
-    except harness.HarnessError as error:
-        pytest.fail(f"make image failed: {error}", pytrace=False)
-    return into / f"token-resource-{project_version()}.oci.tar"
 
 
 @pytest.fixture(scope="session")
@@ -74,9 +56,11 @@ def unpacked(image: Path, session_dir: Path) -> tuple[dict[str, Any], Path]:
             return data
 
         (manifest_descriptor,) = json.loads(_read(archive, members["index.json"]))["manifests"]
-        assert manifest_descriptor["annotations"]["org.opencontainers.image.ref.name"] == (
-            project_version()
-        )
+        # Named as deploy/kubernetes/base runs it, for `ctr images import` (test_image_import.py).
+        assert manifest_descriptor["annotations"] == {
+            "io.containerd.image.name": base_image(),
+            "org.opencontainers.image.ref.name": project_version(),
+        }
         manifest = json.loads(blob(manifest_descriptor))
         config = json.loads(blob(manifest["config"]))
         rootfs = session_dir / "image-rootfs"
