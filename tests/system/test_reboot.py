@@ -3,15 +3,16 @@
 After a reboot a real kubelet admits every pod bound to its node again, about a second after it
 starts, and rejects for good a pod whose resource has no healthy device at that moment
 (UnexpectedAdmissionError, kubernetes/kubernetes#125579). Here the kubelet stand-in runs as
-kubelet.service and starts as a real one does (tests/standin/admission.py): it leaves a stale
-kubelet.sock when the node goes down, wipes the device-plugin directory, creates kubelet.sock
-0.35 s after its start and admits the pods of the node 1.3 s after it, allocating new pods and
-checking those of its checkpoint. The node is a booted container with a root of its own that
+kubelet.service and starts as a real one does (tests/standin/admission.py): it wipes the
+device-plugin directory, creates kubelet.sock 0.35 s after its start and admits the pods of the
+node 1.3 s after it, allocating new pods and checking those of its checkpoint. When the node goes
+down it removes its kubelet.sock, or, as the real node of issue 18 showed, leaves it behind, so
+that the agent starts beside a stale one. The node is a booted container with a root of its own that
 reboots for real (tests/system/reboot.py): an orderly shutdown, then a fresh boot, every time.
 
 Each suite's container installs its package (Debian 12 and 13: the .deb; Debian 11: the
-self-contained one), runs three pods that hold every token, then reboots REBOOTS times: no pod
-may be rejected, and systemd must have had the agent ready before it started the kubelet (and
+self-contained one), runs three pods that hold every token, then reboots REBOOTS times with
+each kind of kubelet exit: no pod may be rejected, and systemd must have had the agent ready before it started the kubelet (and
 stopped the kubelet first at shutdown). Then the agent's start fails (a broken file) and hangs
 (it never sends READY=1): the kubelet must start at once, and after the start time-out at most.
 Every test prints its timings.
@@ -67,8 +68,33 @@ STOP_AND_NEXT_JOB = 2.0
 
 
 @pytest.fixture(scope="module")
+def pythonpath(suite: str) -> tuple[str, ...]:
+    """Where the stand-in finds its files and the agent's libraries (grpc, token_resource)."""
+    if suite in harness.BUNDLED_SUITES:
+        return ("/srv/test", BUNDLED_PRIVATE)
+    return ("/srv/test",)
+
+
+def install_kubelet(node: RebootableNode, pythonpath: tuple[str, ...], leave_socket: bool) -> None:
+    """The stand-in as kubelet.service, starting as a real kubelet does; ``leave_socket``: it
+    leaves a stale kubelet.sock behind when the node goes down, as a real node showed."""
+    unit = kubelet_unit(
+        *KUBELET_START,
+        "--pods", PODS_FILE, "--runtime-file", RUNTIME_FILE,
+        *(["--leave-socket"] if leave_socket else []),
+        pythonpath=pythonpath,
+    )  # fmt: skip
+    node.write("/etc/systemd/system/kubelet.service", unit)
+    node.systemctl("daemon-reload")
+
+
+@pytest.fixture(scope="module")
 def node(
-    suite: str, rootfs: Path, session_dir: Path, request: pytest.FixtureRequest
+    suite: str,
+    pythonpath: tuple[str, ...],
+    rootfs: Path,
+    session_dir: Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[RebootableNode]:
     """A node of its own root with the package, the pods running and the stand-in enabled."""
     directory = session_dir / f"reboot-{suite}"
@@ -77,17 +103,10 @@ def node(
     files.mkdir(parents=True)
     if suite in harness.BUNDLED_SUITES:
         deb = request.getfixturevalue("bundled_deb")
-        pythonpath: tuple[str, ...] = ("/srv/test", BUNDLED_PRIVATE)
     else:
         deb = request.getfixturevalue("artifacts") / "token-resource.deb"
-        pythonpath = ("/srv/test",)
     shutil.copy(deb, files / "package.deb")
     copy_standin(files)
-    unit = kubelet_unit(
-        *KUBELET_START,
-        "--pods", PODS_FILE, "--runtime-file", RUNTIME_FILE, "--leave-socket",
-        pythonpath=pythonpath,
-    )  # fmt: skip
     with persistent_root(rootfs, directory / "overlay") as root:
         node = RebootableNode(rootfs=root, binds=[(files, "/srv/test")], volatile=False)
         try:
@@ -95,8 +114,7 @@ def node(
             ACTIVE_NODES.append(node)
             node.make_journal_persistent()
             write_pods(node)
-            node.write("/etc/systemd/system/kubelet.service", unit)
-            node.systemctl("daemon-reload")
+            install_kubelet(node, pythonpath, leave_socket=True)
             node.systemctl("enable", KUBELET)
             node.exec(["apt-get", "install", "-y", "-q", "/srv/test/package.deb"], timeout=300)
             node.write_config(RESOURCES)
@@ -165,9 +183,19 @@ class Timeline:
         )
 
 
+@pytest.mark.parametrize(
+    "kubelet_exit", ["kubelet.sock-removed", "kubelet.sock-left"], ids=lambda exit_: exit_
+)
 def test_after_every_reboot_no_pod_is_rejected_and_the_agent_was_ready_first(
-    node: RebootableNode, suite: str, session_dir: Path
+    node: RebootableNode,
+    suite: str,
+    pythonpath: tuple[str, ...],
+    session_dir: Path,
+    kubelet_exit: str,
 ) -> None:
+    """Whether the kubelet removed its socket when the node went down, or left it, the agent
+    registers in time (in the second case it starts while a stale kubelet.sock is there)."""
+    install_kubelet(node, pythonpath, leave_socket=kubelet_exit == "kubelet.sock-left")
     runs: list[tuple[Timeline, float, float]] = []
     for _ in range(REBOOTS):
         # Pods rejected by an earlier reboot come back as new ones, so that every reboot
@@ -187,9 +215,9 @@ def test_after_every_reboot_no_pod_is_rejected_and_the_agent_was_ready_first(
                 f"--- reboot {len(runs)}: the agent's and the kubelet's journal\n" + boot_log(node)
             )
     report = "\n".join(
-        f"{suite} reboot {i}: {timeline}; journal: the agent started {ready:+.3f} s from the "
-        f"kubelet's start job, and at the shutdown before began to stop {stop:+.3f} s after "
-        "the kubelet stopped"
+        f"{suite} reboot {i} ({kubelet_exit}): {timeline}; journal: the agent started "
+        f"{ready:+.3f} s from the kubelet's start job, and at the shutdown before began to stop "
+        f"{stop:+.3f} s after the kubelet stopped"
         for i, (timeline, ready, stop) in enumerate(runs, 1)
     )
     print(report)
