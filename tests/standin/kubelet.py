@@ -11,9 +11,9 @@ real kubelet's (see the project's device-plugin notes); two kubelet generations 
   (a failure is only logged), and the options come from ``RegisterRequest.options``.
 
 It can also play a kubelet's start as a real one goes through it (``socket_after``,
-``admit_after``, ``pods``): ``kubelet.sock`` a moment after the start, then, about a second
-later, the admission of the pods bound to the node, in which a pod whose resource has no
-healthy devices yet is rejected (tests/standin/admission.py).
+``admit_after``, ``pods``): ``kubelet.sock`` a moment after the start, then, once its Node has
+synced (about a second later), the admission of the pods bound to the node, in which a pod whose
+resource has no healthy devices yet is rejected (tests/standin/admission.py).
 
 Integration tests use :class:`KubeletStandin` in-process; tests/standin/kubelet_script.py
 runs it as a process of its own (the system tests' containers, the script-mode tests).
@@ -311,10 +311,11 @@ class KubeletStandin:
         admit_after: float = 0.0,
         started_at: float | None = None,
     ) -> None:
-        """``pods``: the pods bound to the node, admitted ``admit_after`` seconds after each
-        start; ``runtime``: which of them still run (default: this process's memory).
-        ``kubelet.sock`` appears ``socket_after`` seconds after each start. The first start
-        counts from ``started_at`` (time.monotonic()), if given, instead of from start()."""
+        """``kubelet.sock`` appears ``socket_after`` seconds after each start, and ``pods``, the
+        pods bound to the node, are admitted ``admit_after`` seconds after it (the kubelet first
+        waits for its Node to sync); ``runtime``: which of them still run (default: this
+        process's memory). The first start counts from ``started_at`` (time.monotonic()), if
+        given, instead of from start()."""
         self.socket_dir = Path(os.path.abspath(socket_dir))
         self._dial_timeout = dial_timeout
         self._register_first = register_first
@@ -391,7 +392,7 @@ class KubeletStandin:
             if self._pods is not None:
                 self._admission = threading.Thread(
                     target=self._admit_when_due,
-                    args=(self._generation, started + self._admit_after),
+                    args=(self._generation, socket_at + self._admit_after),
                     name="kubelet-admission",
                     daemon=True,
                 )
