@@ -61,6 +61,10 @@ CONFIG_FILE = f"{CONFIG_DIR}/token-resource.toml"
 CONTROL_DIR = "/run/token-resource"
 CONTROL_SOCKET = f"{CONTROL_DIR}/control.sock"
 POOL_LABEL = "example.com/token-pool"
+# How long the agent's container takes to answer `token-resource status` from its start:
+# 0.9-1.7 s under runc on a busy 2-core machine (tests/system/test_image.py), a few seconds
+# with 1,000 resources (bench/RESULTS.md).
+AGENT_START_SECONDS = 5
 
 Object = dict[str, Any]
 
@@ -517,20 +521,36 @@ def test_every_daemonset_runs_the_agent_on_its_configmap_and_probes_its_control_
             "--control-socket",
             CONTROL_SOCKET,
         ]
-        for probe in ("livenessProbe", "readinessProbe"):
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             settings = container[probe]
             command = settings["exec"]["command"]
             assert command[:2] == ["token-resource", "status"], probe
             assert command[command.index("--control-socket") + 1] == CONTROL_SOCKET
             # The probe's own timeout must end before the kubelet gives up on the probe.
             assert float(command[command.index("--timeout") + 1]) < settings["timeoutSeconds"]
-            assert settings["periodSeconds"] >= 10
-            assert settings["failureThreshold"] >= 3
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert container[probe]["periodSeconds"] >= 10
+            assert container[probe]["failureThreshold"] >= 3
         # The agent finds the kubelet where the hostPath is mounted: no [agent] table needed.
         config = agent_config(objects, daemon_set)
         assert config.agent.device_plugin_dir == DEFAULT_DEVICE_PLUGIN_DIR, kustomization
         assert config.resources, kustomization
         assert not config.uses_api_server, "node-status needs credentials the pods do not get"
+
+
+def test_a_normal_start_fails_no_probe() -> None:
+    """The kubelet records a Warning event for every failed probe, and the control socket
+    appears only once the agent has started: the startup probe's first try comes after a
+    start under runc takes (tests/system/test_image.py measures it against this delay), and it
+    holds the other probes back until it succeeds."""
+    for kustomization, _, daemon_set in daemon_sets():
+        container = the_container(daemon_set)
+        startup = container["startupProbe"]
+        assert startup["initialDelaySeconds"] >= AGENT_START_SECONDS, kustomization
+        # A slow start (1,000 resources on a busy node) gets over a minute before a restart.
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, kustomization
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert "initialDelaySeconds" not in container[probe], (kustomization, probe)
 
 
 def test_every_daemonset_is_node_critical_tolerates_every_taint_and_rolls() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.configmap import ConfigMapVolume
 from tests.standin.kubelet import KubeletStandin, serves_exactly
@@ -116,6 +117,12 @@ def test_the_image_is_small_built_from_debian_packages_and_in_step_with_the_cont
     assert indexes in ([], ["lock"]), indexes
 
 
+def startup_probe_delay() -> int:
+    daemon_set = yaml.safe_load((REPO / "deploy/kubernetes/base/agent/daemonset.yaml").read_text())
+    (container,) = daemon_set["spec"]["template"]["spec"]["containers"]
+    return int(container["startupProbe"]["initialDelaySeconds"])
+
+
 def _dirs(rootfs: Path) -> list[Path]:
     return [
         path
@@ -157,10 +164,17 @@ class Container:
         )  # fmt: skip
 
     def state(self) -> str:
+        return str(self._state().get("status", "gone"))
+
+    def pid(self) -> int:
+        return int(self._state()["pid"])
+
+    def _state(self) -> dict[str, Any]:
         result = subprocess.run(
             ["runc", "state", self.name], capture_output=True, text=True, check=False
         )
-        return str(json.loads(result.stdout)["status"]) if result.returncode == 0 else "gone"
+        state: dict[str, Any] = json.loads(result.stdout) if result.returncode == 0 else {}
+        return state
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -226,7 +240,24 @@ def test_the_image_serves_the_kubelet_and_follows_a_configmap_update(
 ) -> None:
     runc, volume = container
     volume.write({"token-resource.toml": '[resources]\n"example.com/token" = 2\n'})
+    started = time.monotonic()
     runc.run()
+    # The DaemonSet's startup probe first tries `status` this long after the start: by then
+    # it must answer, or the kubelet records a failed probe as a Warning event.
+    control = Path(f"/proc/{runc.pid()}/root/run/token-resource/control.sock")
+    while not control.is_socket():
+        assert time.monotonic() - started < 60, f"no control socket:\n{runc.log()}"
+        time.sleep(0.02)
+    socket_after = time.monotonic() - started
+    answered = runc.exec("token-resource", "status", "--timeout", "5")
+    answered_after = time.monotonic() - started
+    delay = startup_probe_delay()
+    print(
+        f"control socket {socket_after:.2f} s after `runc run`, `status` answered at "
+        f"{answered_after:.2f} s; the startup probe's first try: {delay} s"
+    )
+    assert answered.returncode == 0, answered.stderr
+    assert answered_after < delay
     kubelet.wait_for(serves_exactly({"example.com/token": 2}), timeout=60)
 
     # Confined as the DaemonSet asks: no capabilities, read-only root, no network.
