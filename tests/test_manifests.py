@@ -641,6 +641,13 @@ def test_the_demo_asks_for_more_tokens_than_a_node_of_the_base_has() -> None:
     assert "$TOKEN_RESOURCE_EXAMPLE_COM_TOKEN" in " ".join(container["command"])
 
 
+def test_the_demo_can_be_replaced_while_every_token_is_in_use() -> None:
+    """A rolling update waits for new pods that wait for a token held by an old one; Recreate
+    frees the tokens first. (Stopping at once on SIGTERM: tests/test_token_demo.py.)"""
+    (deployment,) = of_kind(rendered(DEMO), "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
 # --- the docs -------------------------------------------------------------------------------------
 
 
