@@ -9,6 +9,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -366,3 +368,31 @@ def test_script_mode_times_its_start_reports_and_can_leave_a_stale_socket(
     assert (socket_dir / "kubelet.sock").is_socket()
     with socket.socket(socket.AF_UNIX) as client, pytest.raises(ConnectionRefusedError):
         client.connect(str(socket_dir / "kubelet.sock"))
+
+
+def test_kubelet_sock_accepts_connections_from_the_moment_it_appears(socket_dir: Path) -> None:
+    """As after a real kubelet's net.Listen: a plugin that connects the moment it sees the file
+    is not refused (and so not thrown into gRPC's reconnect backoff of a second or more)."""
+    path = socket_dir / "kubelet.sock"
+    outcomes: list[str] = []
+
+    def connect_at_first_sight(deadline: float) -> None:
+        while not path.exists():
+            if time.monotonic() > deadline:
+                outcomes.append("never appeared")
+                return
+        with socket.socket(socket.AF_UNIX) as client:
+            try:
+                client.connect(str(path))
+                outcomes.append("connected")
+            except ConnectionRefusedError:
+                outcomes.append("refused")
+
+    standin = KubeletStandin(socket_dir)
+    for _ in range(50):
+        watcher = threading.Thread(target=connect_at_first_sight, args=(time.monotonic() + 30,))
+        watcher.start()
+        standin.start()
+        watcher.join(TIMEOUT)
+        standin.stop()
+    assert outcomes == ["connected"] * 50, outcomes

@@ -376,11 +376,17 @@ class KubeletStandin:
                 LOG.info("kubelet starting: removed %s", ", ".join(removed))
             executor = ThreadPoolExecutor(_REGISTER_WORKERS, thread_name_prefix="kubelet-register")
             server = grpc.server(executor, handlers=[registration_handler(self._register)])
+            # gRPC creates the socket file a moment before it listens on it (a thread connecting
+            # the moment the file appeared was refused 4 to 53 times in 100, grpcio 1.46 to
+            # 1.85), while a real kubelet's net.Listen binds and listens back to back. So it
+            # binds under another name, and kubelet.sock appears, by a rename, only once it
+            # listens (connections then wait for start()).
+            binding = self.socket_dir / f".{KUBELET_SOCKET}.binding"
+            binding.unlink(missing_ok=True)
             # Older grpcio reports a failed bind by returning 0 instead of raising.
-            if not server.add_insecure_port(f"unix:{self.socket_path}"):
-                raise RuntimeError(f"cannot serve on {self.socket_path}")
-            # kubelet.sock exists, listening (gRPC binds and listens here; connections wait
-            # for start()), as after a real kubelet's net.Listen.
+            if not server.add_insecure_port(f"unix:{binding}"):
+                raise RuntimeError(f"cannot serve on {binding}")
+            os.replace(binding, self.socket_path)
             socket_at = time.monotonic()
             # Before the server starts, so that the first Register sees this generation.
             self._server, self._executor = server, executor
