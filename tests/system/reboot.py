@@ -125,6 +125,14 @@ def first(entries: list[Entry], unit: str, *message_ids: str) -> Entry:
     return found[0]
 
 
+def last(entries: list[Entry], unit: str, *message_ids: str) -> Entry:
+    """The last entry of ``unit`` with one of ``message_ids`` (at a shutdown: the one of the
+    shutdown, not of an earlier restart)."""
+    found = [e for e in entries if e.unit == unit and e.message_id in message_ids]
+    assert found, f"no {message_ids} entry for {unit} in {entries}"
+    return found[-1]
+
+
 def job_began(entries: list[Entry], unit: str) -> Entry:
     """Where the unit's first start job began: its "Starting" line, which systemd does not
     write for a Type=simple service, whose "Started" line comes at once instead."""

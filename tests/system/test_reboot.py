@@ -41,6 +41,7 @@ from tests.system.reboot import (
     RebootableNode,
     first,
     job_began,
+    last,
     persistent_root,
 )
 
@@ -213,7 +214,7 @@ def test_after_every_reboot_no_pod_is_rejected_and_the_agent_was_ready_first(
         # shutdown before, the kubelet stopped before the agent began to stop.
         now, before = node.unit_entries(), node.unit_entries(-1)
         ready = first(now, UNIT, STARTED).monotonic - job_began(now, KUBELET).monotonic
-        stop = first(before, UNIT, STOPPING).monotonic - first(before, KUBELET, STOPPED).monotonic
+        stop = last(before, UNIT, STOPPING).monotonic - last(before, KUBELET, STOPPED).monotonic
         runs.append((Timeline.of(node, view), ready, stop))
         if runs[-1][0].rejected:
             print(
