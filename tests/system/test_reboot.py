@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,9 +200,12 @@ def test_after_every_reboot_no_pod_is_rejected_and_the_agent_was_ready_first(
     """Whether the kubelet removed its socket when the node went down, or left it, the agent
     registers in time (in the second case it starts while a stale kubelet.sock is there)."""
     install_kubelet(node, pythonpath, leave_socket=kubelet_exit == "kubelet.sock-left")
-    # The running kubelet is the one that goes down at the first reboot: it must be this kind.
-    # (Its containers still run: it admits nothing again.)
+    # The running kubelet is the one that goes down at the first reboot: it must be this kind,
+    # and have replaced the socket of the one before. (Its containers still run: it admits
+    # nothing again.)
+    restarted = time.monotonic()
     node.systemctl("restart", KUBELET)
+    node.wait_for_view(lambda view: view["socket_at"] > restarted, "the new kubelet's socket")
     runs: list[tuple[Timeline, float, float]] = []
     for _ in range(REBOOTS):
         # Pods rejected by an earlier reboot come back as new ones, so that every reboot
