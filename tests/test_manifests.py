@@ -61,9 +61,10 @@ CONFIG_FILE = f"{CONFIG_DIR}/token-resource.toml"
 CONTROL_DIR = "/run/token-resource"
 CONTROL_SOCKET = f"{CONTROL_DIR}/control.sock"
 POOL_LABEL = "example.com/token-pool"
-# How long the agent's container takes to answer `token-resource status` from its start:
-# 0.9-1.7 s under runc on a busy 2-core machine (tests/system/test_image.py), a few seconds
-# with 1,000 resources (bench/RESULTS.md).
+# The least delay before the first startup probe. The agent's container answers
+# `token-resource status` 0.5 s after `runc run` (tests/system/test_image.py, which holds it to
+# the manifest's delay); the agent is ready in 1.3-1.6 s with 1,000 resources, and a busy node
+# has been seen to take 3.6 s (docs/operations.md).
 AGENT_START_SECONDS = 5
 
 Object = dict[str, Any]
