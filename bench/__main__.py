@@ -12,14 +12,19 @@ import os
 os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
 
 import argparse
+import contextlib
 import datetime
 import platform
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from bench.dra import dra_section
+from bench.floor import floor_section
 from bench.scenarios import (
     Scale,
     Section,
@@ -36,7 +41,18 @@ from bench.scenarios import (
 from bench.support import Sample
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-NAMES = ("startup", "reload", "restart", "allocate", "reloads", "idle", "large", "compare")
+NAMES = (
+    "startup",
+    "reload",
+    "restart",
+    "floor",
+    "dra",
+    "allocate",
+    "reloads",
+    "idle",
+    "large",
+    "compare",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few repetitions: a smoke run")
     parser.add_argument("--only", nargs="+", choices=NAMES, help="run only these")
     parser.add_argument("--output", type=Path, default=None, help=f"default {RESULTS}")
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="also measure the agent of this git revision against the floor (make bench: "
+        "the last one before the sockets moved into the agent's own directory)",
+    )
     args = parser.parse_args(argv)
     scale = Scale(quick=args.quick)
     load_before = os.getloadavg()[0]
@@ -62,6 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections.append(reload)
     if "restart" in chosen:
         sections.append(restart_section(scale))
+    if "floor" in chosen:
+        with earlier_agent(args.before) as before:
+            sections.append(floor_section(scale, before))
+    if "dra" in chosen:
+        sections.append(dra_section(scale))
     if "allocate" in chosen:
         sections.append(allocation_section(scale))
     if "reloads" in chosen:
@@ -82,6 +109,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         output.write_text(report)
         print(f"bench: written to {output}", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def earlier_agent(revision: str | None) -> Iterator[Path | None]:
+    """The ``agent/`` directory of ``revision``, extracted from git into a temporary
+    directory (None without a revision)."""
+    if revision is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="trb-before-") as scratch:
+        archive = subprocess.run(
+            ["git", "archive", revision, "agent/token_resource"],
+            cwd=Path(__file__).resolve().parents[1],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", scratch], input=archive, check=True)
+        yield Path(scratch) / "agent"
 
 
 def render(

@@ -8,6 +8,9 @@
 #                   (TOKEN_RESOURCE_SEED=N replays it), to be kept in the test's @seeds(...)
 
 BENCH_ARGS ?=
+# The agent as it was before its plugin sockets moved into their own directory (issue 20),
+# measured beside today's and the floor in the same run.
+BENCH_BEFORE ?= 97bbbff
 SOAK_ARGS ?=
 FUZZ_SEEDS ?= 300
 FUZZ_EXAMPLES ?= 20000
@@ -17,7 +20,7 @@ FUZZ_TESTS = tests/test_faults.py tests/test_config_properties.py -k 'fresh or c
 .PHONY: bench soak fuzz
 
 bench: $(NEWEST)/.installed
-	$(NEWEST)/bin/python -m bench $(BENCH_ARGS)
+	$(NEWEST)/bin/python -m bench --before $(BENCH_BEFORE) $(BENCH_ARGS)
 
 soak: $(OLDEST)/.installed $(NEWEST)/.installed
 	TOKEN_RESOURCE_SOAK=1 $(OLDEST)/bin/python -m pytest tests/test_faults.py -o timeout=3600 $(SOAK_ARGS)

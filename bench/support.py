@@ -24,6 +24,7 @@ from token_resource.protocol import deviceplugin_pb2 as pb
 
 AGENT_COMMAND = (sys.executable, "-m", "token_resource", "run")
 BASELINE_COMMAND = (sys.executable, "-m", "bench.baseline_plugin")
+FLOOR_COMMAND = (sys.executable, "-m", "bench.floor_plugin")
 TIMEOUT = 120.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -184,8 +185,11 @@ def resources_toml(counts: Mapping[str, int]) -> str:
 class BenchAgent:
     """``token-resource run`` with its own config, control socket, log and notify socket."""
 
-    def __init__(self, workdir: Path, device_plugin_dir: Path) -> None:
+    def __init__(self, workdir: Path, device_plugin_dir: Path, source: Path | None = None) -> None:
+        """``source``: the directory holding another version's ``token_resource`` package
+        (an earlier commit's ``agent/``), run instead of the installed one."""
         workdir.mkdir(parents=True, exist_ok=True)
+        self.source = source
         self.device_plugin_dir = device_plugin_dir
         self.config_path = workdir / "token-resource.toml"
         self.control_socket = workdir / "control.sock"
@@ -217,6 +221,10 @@ class BenchAgent:
             k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")
         }
         environ.update({"NOTIFY_SOCKET": str(self.notify.path), **(env or {})})
+        if self.source is not None:
+            environ["PYTHONPATH"] = os.pathsep.join(
+                [str(self.source), *filter(None, [environ.get("PYTHONPATH")])]
+            )
         command = [
             *AGENT_COMMAND,
             "--config",
@@ -279,10 +287,28 @@ class Bench:
                     sys.stderr.write(f"--- agent log (tail) ---\n{agent.log()[-3000:]}\n")
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def agent(self, name: str = "agent") -> BenchAgent:
-        agent = BenchAgent(self.root / name, self.device_plugin_dir)
+    def agent(self, name: str = "agent", source: Path | None = None) -> BenchAgent:
+        agent = BenchAgent(self.root / name, self.device_plugin_dir, source)
         self._agents.append(agent)
         return agent
+
+    def spawn_floor(self, resources: int, count: int) -> subprocess.Popen[bytes]:
+        """The ideal client (bench/floor_plugin.py) serving ``resources`` resources."""
+        floor = subprocess.Popen(
+            [
+                *FLOOR_COMMAND,
+                "--dir",
+                str(self.device_plugin_dir),
+                "--resources",
+                str(resources),
+                "--count",
+                str(count),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._plugins.append(floor)
+        return floor
 
     def spawn_plugin(self, resource: str, count: int) -> subprocess.Popen[bytes]:
         plugin = subprocess.Popen(

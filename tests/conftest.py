@@ -15,8 +15,15 @@ import pytest
 
 from tests.harness import AgentProcess
 from tests.paths import short_temporary_directory
+from tests.standin.apiserver import CertificateAuthority
 from tests.standin.kubelet import KubeletStandin
 from tests.standin.podresources import PodResourcesStandin
+
+
+@pytest.fixture(scope="session")
+def ca() -> CertificateAuthority:
+    """The API-server stand-ins' certificate authority (making one costs a key pair)."""
+    return CertificateAuthority()
 
 
 @pytest.fixture

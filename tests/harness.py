@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -179,6 +180,17 @@ class AgentProcess:
             self.process.wait()
         self.notify.close()
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+def agent_sockets(directory: Path) -> list[str]:
+    """The agent's sockets, relative to the device-plugin directory: in its own directory, and
+    beside kubelet.sock (the fallback layout)."""
+    own = directory / "token-resource"
+    found = [path for path in directory.iterdir() if path.name.startswith("token-resource.")]
+    found += list(own.iterdir()) if own.is_dir() else []
+    return sorted(
+        str(path.relative_to(directory)) for path in found if stat.S_ISSOCK(path.lstat().st_mode)
+    )
 
 
 def write_file(path: Path, text: str, *, atomic: bool) -> None:

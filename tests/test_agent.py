@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.harness import TWO_RESOURCES, AgentProcess, write_file
+from tests.harness import TWO_RESOURCES, AgentProcess, agent_sockets, write_file
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from token_resource.protocol import deviceplugin_pb2 as pb
 
@@ -32,14 +31,6 @@ def device_ids(view: KubeletView, name: str) -> list[str]:
     return [device_id for device_id, _ in view.resources[name].devices]
 
 
-def agent_sockets(directory: Path) -> list[str]:
-    return sorted(
-        path.name
-        for path in directory.iterdir()
-        if path.name.startswith("token-resource.") and stat.S_ISSOCK(path.lstat().st_mode)
-    )
-
-
 @pytest.fixture
 def serving(agent: AgentProcess, kubelet: KubeletStandin) -> AgentProcess:
     agent.write_config(TWO_RESOURCES)
@@ -55,7 +46,7 @@ def test_registers_every_resource_with_stable_ids_and_options(
     assert device_ids(view, "example.com/token") == ["token-0", "token-1"]
     assert device_ids(view, "example.com/license") == [f"token-{i}" for i in range(5)]
     token = view.resources["example.com/token"]
-    assert token.endpoint == "token-resource.example.com_token.sock"
+    assert token.endpoint == "token-resource/example.com_token.sock"
     assert token.registrations == 1
     assert token.options is not None
     assert token.options.get_preferred_allocation_available
@@ -63,8 +54,8 @@ def test_registers_every_resource_with_stable_ids_and_options(
     assert token.register_options == token.options
     assert all(health == "Healthy" for _, health in token.devices)
     assert agent_sockets(serving.device_plugin_dir) == [
-        "token-resource.example.com_license.sock",
-        "token-resource.example.com_token.sock",
+        "token-resource/example.com_license.sock",
+        "token-resource/example.com_token.sock",
     ]
 
 
@@ -219,8 +210,8 @@ def test_add_and_remove_resources_live(serving: AgentProcess, kubelet: KubeletSt
     assert view.resources["acme/dongle"].registrations == 1
     assert view.resources["example.com/token"].registrations == 1
     assert agent_sockets(serving.device_plugin_dir) == [
-        "token-resource.acme_dongle.sock",
-        "token-resource.example.com_token.sock",
+        "token-resource/acme_dongle.sock",
+        "token-resource/example.com_token.sock",
     ]
 
 
@@ -309,8 +300,8 @@ def test_dropins_add_override_and_remove(serving: AgentProcess, kubelet: Kubelet
     )
     assert view.resources["example.com/token"].registrations == 1
     assert agent_sockets(serving.device_plugin_dir) == [
-        "token-resource.example.com_license.sock",
-        "token-resource.example.com_token.sock",
+        "token-resource/example.com_license.sock",
+        "token-resource/example.com_token.sock",
     ]
 
 
@@ -383,6 +374,7 @@ def test_sigterm_removes_sockets_and_exits_zero(
         assert serving.stop() == 0
         assert "STOPPING=1" in serving.notify.assignments()
         assert agent_sockets(serving.device_plugin_dir) == []
+        assert not (serving.device_plugin_dir / "token-resource").exists()
         assert foreign.exists()
         assert (serving.device_plugin_dir / "kubelet.sock").exists()
         assert not serving.control_socket.exists()
@@ -395,13 +387,14 @@ def test_stale_sockets_of_ours_are_removed_and_others_left_alone(
     directory = agent.device_plugin_dir
     stale = [socket.socket(socket.AF_UNIX) for _ in range(2)]
     try:
-        stale[0].bind(str(directory / "token-resource.example.com_old.sock"))
+        (directory / "token-resource").mkdir()
+        stale[0].bind(str(directory / "token-resource" / "example.com_old.sock"))
         stale[1].bind(str(directory / "vendor.sock"))
         (directory / "token-resource.notes.sock").write_text("a regular file, not ours to touch")
         agent.write_config(TWO_RESOURCES)
         agent.start()
         kubelet.wait_for(counts(("example.com/token", 2), ("example.com/license", 5)))
-        assert not (directory / "token-resource.example.com_old.sock").exists()
+        assert not (directory / "token-resource" / "example.com_old.sock").exists()
         assert (directory / "vendor.sock").exists()
         assert (directory / "token-resource.notes.sock").read_text().startswith("a regular")
     finally:

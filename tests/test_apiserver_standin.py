@@ -40,11 +40,6 @@ USELESS_TOKEN = "useless-token"
 TIMEOUT = 10.0
 
 
-@pytest.fixture(scope="module")
-def ca() -> CertificateAuthority:
-    return CertificateAuthority()
-
-
 @pytest.fixture
 def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
     standin = ApiServerStandin(

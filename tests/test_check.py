@@ -37,7 +37,7 @@ def test_check_shows_each_setting_with_the_file_it_came_from(tmp_path: Path) -> 
         f"{agent.config_path}: valid ({agent.config_path}, {dropin})",
         "device-plugin directory: /var/lib/kubelet/device-plugins",
         "  example.com/license: device plugin: 8 token(s) on socket "
-        "token-resource.example.com_license.sock, IDs in $LICENSE_SEATS",
+        "token-resource/example.com_license.sock, IDs in $LICENSE_SEATS",
         f"    count = 8  ({dropin})",
         f'    env = "LICENSE_SEATS"  ({agent.config_path})',
         '    advertise = "device-plugin"  (default)',
@@ -89,13 +89,13 @@ def test_check_shows_what_each_resource_becomes(tmp_path: Path, readable: bool) 
     assert out.splitlines() == [
         f"{agent.config_path}: valid ({agent.config_path}, {dropin})",
         "device-plugin directory: /var/lib/kubelet/device-plugins",
-        f"node status: Node node-1 (from node_name), kubeconfig {kubeconfig} ({access})",
+        f"API server: Node node-1 (from node_name), kubeconfig {kubeconfig} ({access})",
         "  example.com/dongle: node status: capacity 4 on Node node-1 "
         "(no socket, no environment variable)",
         f"    count = 4  ({dropin})",
         f'    advertise = "node-status"  ({dropin})',
         "  example.com/token: device plugin: 2 token(s) on socket "
-        "token-resource.example.com_token.sock, IDs in $TOKEN_RESOURCE_EXAMPLE_COM_TOKEN",
+        "token-resource/example.com_token.sock, IDs in $TOKEN_RESOURCE_EXAMPLE_COM_TOKEN",
         f"    count = 2  ({agent.config_path})",
         '    env = "TOKEN_RESOURCE_EXAMPLE_COM_TOKEN"  (default)',
         '    advertise = "device-plugin"  (default)',

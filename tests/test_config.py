@@ -294,8 +294,8 @@ def test_deeply_nested_toml_is_a_config_error() -> None:
 @pytest.mark.parametrize(
     ("text", "key", "line", "allowed"),
     [
-        ("\ncluster = 1\n", "cluster", 2, "agent, kubernetes, metrics, resources"),
-        ("[cluster.api]\nurl = 1\n", "cluster", 1, "agent, kubernetes, metrics, resources"),
+        ("\ncluster = 1\n", "cluster", 2, "agent, dra, kubernetes, metrics, resources"),
+        ("[cluster.api]\nurl = 1\n", "cluster", 1, "agent, dra, kubernetes, metrics, resources"),
         (
             "[kubernetes]\nserver = 1\n",
             "kubernetes.server",
@@ -747,12 +747,12 @@ def test_kubernetes_defaults() -> None:
         (
             '[resources."example.com/d"]\ncount = 1\nadvertise = "api"\n',
             f'{MAIN}, line 3, key resources."example.com/d".advertise: advertise must be'
-            ' "device-plugin" or "node-status", got "api"',
+            ' "device-plugin", "node-status" or "dra", got "api"',
         ),
         (
             '[resources."example.com/d"]\ncount = 1\nadvertise = "node-status"\nenv = "X"\n',
             f'{MAIN}, line 4, key resources."example.com/d".env: env only applies to'
-            " device-plugin resources: node-status resources allocate no IDs",
+            " device-plugin and DRA resources: node-status resources allocate no IDs",
         ),
         (
             '[kubernetes]\nnode_name = "Node_1"\n',

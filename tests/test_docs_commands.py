@@ -57,7 +57,7 @@ def markdown_commands(path: Path) -> list[tuple[str, str]]:
         if in_code:
             match = COMMAND.match(line.strip())
             if match:
-                found.append((where, strip_comment(match.group(1))))
+                found.append((where, strip_shell(strip_comment(match.group(1)))))
             continue
         # Inline code, table cells included: `...` spans (a table escapes its | as \|).
         for span in re.findall(r"`([^`]+)`", line):
@@ -70,6 +70,12 @@ def markdown_commands(path: Path) -> list[tuple[str, str]]:
 
 def strip_comment(line: str) -> str:
     return re.sub(r"\s+#.*$", "", line).strip()
+
+
+def strip_shell(line: str) -> str:
+    """A shell line in a code block: the command up to a redirection or a pipe (in a code
+    block, a shell session; in a synopsis, "|" separates alternatives)."""
+    return re.split(r"\s+(?:\||>|<|2>)\s+", line, maxsplit=1)[0]
 
 
 # --- the man pages (roff, man macros) ----------------------------------------------------------
@@ -252,13 +258,21 @@ def test_the_extraction_finds_the_documented_commands() -> None:
     assert files.count("packaging/man/token-resource.8") >= 9, DOCUMENTED
     assert files.count("packaging/man/token-resource.toml.5") >= 2, DOCUMENTED
     synopsis = [command for place, command in DOCUMENTED if place.endswith("(SYNOPSIS)")]
-    assert len(synopsis) == 6, synopsis
+    assert len(synopsis) == 7, synopsis
     commands = {
         next(word for word in argv if word != "-v")
         for _, command in DOCUMENTED
         for argv in expand_angle(command)
     }
-    assert commands == {"run", "check", "reload", "status", "node-status", "--version"}
+    assert commands == {
+        "run",
+        "check",
+        "reload",
+        "status",
+        "node-status",
+        "device-classes",
+        "--version",
+    }
 
 
 def expand_angle(command: str) -> list[list[str]]:

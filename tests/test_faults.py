@@ -158,10 +158,13 @@ def describe_sockets(links: frozenset[str]) -> str:
 
 
 def socket_files(directory: Path) -> list[str]:
-    """Every socket in the directory but the kubelet's."""
+    """Every socket in the device-plugin directory but the kubelet's, and in the agent's own
+    directory there, relative to the device-plugin directory."""
+    own = directory / "token-resource"
+    found = [*directory.iterdir(), *(own.iterdir() if own.is_dir() else ())]
     return sorted(
-        path.name
-        for path in directory.iterdir()
+        str(path.relative_to(directory))
+        for path in found
         if path.name != "kubelet.sock" and stat.S_ISSOCK(path.lstat().st_mode)
     )
 

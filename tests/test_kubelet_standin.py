@@ -294,17 +294,70 @@ def test_other_names_are_not_extended_resources(name: str) -> None:
     assert not is_extended_resource_name(name)
 
 
-@pytest.mark.parametrize("endpoint", ["sub/token.sock", "../token.sock", "ABSOLUTE", "", ".."])
-def test_endpoint_must_be_a_file_name(
-    standin: KubeletStandin, plugins: Callable[..., FakePlugin], endpoint: str
+def test_the_endpoint_is_joined_onto_the_directory_and_a_subdirectory_survives_restarts(
+    socket_dir: Path, standin: KubeletStandin
 ) -> None:
-    plugin = plugins("token.sock")
-    # An absolute path to a serving plugin is refused all the same.
-    endpoint = str(plugin.path) if endpoint == "ABSOLUTE" else endpoint
+    (socket_dir / "sub").mkdir()
+    plugin = FakePlugin(socket_dir / "sub" / "token.sock", TWO_TOKENS)
+    try:
+        register(standin.socket_path, "sub/token.sock")
+        assert standin.wait_for(lambda v: v.counts() == {RESOURCE: 2}).resources[
+            RESOURCE
+        ].endpoint == ("sub/token.sock")
+        inode = plugin.path.stat().st_ino
+        standin.restart()
+        # The wipe skips directories: the same socket, still served, registered again as is.
+        assert plugin.path.stat().st_ino == inode
+        register(standin.socket_path, "sub/token.sock")
+        view = standin.wait_for(lambda v: v.resources[RESOURCE].registrations == 2)
+        assert view.counts() == {RESOURCE: 2}
+    finally:
+        plugin.stop()
+
+
+@pytest.mark.parametrize("endpoint", ["../token.sock", "", "..", "missing/token.sock"])
+def test_an_endpoint_with_no_socket_behind_it_fails_the_dial(
+    standin: KubeletStandin, endpoint: str
+) -> None:
     with pytest.raises(grpc.RpcError) as error:
         register(standin.socket_path, endpoint)
-    assert refusal(error).startswith(f"endpoint {json.dumps(endpoint)} is not the file name")
+    assert refusal(error).startswith("failed to dial device plugin: no socket at ")
     assert dict(standin.snapshot().resources) == {}
+
+
+def test_a_kubelet_that_refuses_subdirectory_endpoints(
+    socket_dir: Path, plugins: Callable[..., FakePlugin]
+) -> None:
+    (socket_dir / "sub").mkdir()
+    with KubeletStandin(socket_dir, subdirectory_endpoints=kubelet_module.REFUSED) as standin:
+        # After the start, which wipes every socket beside kubelet.sock.
+        plugins("sub/token.sock")
+        plugins("token.sock")
+        with pytest.raises(grpc.RpcError) as error:
+            register(standin.socket_path, "sub/token.sock")
+        assert refusal(error) == (
+            'endpoint "sub/token.sock" is not the file name of a socket in the device-plugin '
+            "directory"
+        )
+        register(standin.socket_path, "token.sock")
+        assert standin.wait_for(lambda v: v.counts() == {RESOURCE: 2})
+
+
+def test_a_register_first_kubelet_that_never_dials_a_subdirectory(
+    socket_dir: Path, plugins: Callable[..., FakePlugin]
+) -> None:
+    (socket_dir / "sub").mkdir()
+    with KubeletStandin(
+        socket_dir, register_first=True, subdirectory_endpoints=kubelet_module.NEVER_DIALLED
+    ) as standin:
+        plugins("sub/token.sock")
+        plugins("token.sock")
+        register(standin.socket_path, "sub/token.sock", resource="example.com/sub")
+        register(standin.socket_path, "token.sock")
+        view = standin.wait_for(lambda v: v.counts()[RESOURCE] == 2)
+    # Answered, never connected: the kubelet counts nothing for it.
+    sub = view.resources["example.com/sub"]
+    assert (sub.registrations, sub.stream_open, sub.lists_received) == (1, False, 0)
 
 
 def test_register_fails_when_the_dial_back_fails(socket_dir: Path) -> None:

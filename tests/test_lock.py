@@ -16,7 +16,7 @@ from token_resource.host import lock
 from token_resource.host.lock import LockError, directory_lock, lock_holder
 
 COUNTS = {"example.com/token": 2, "example.com/license": 5}
-SOCKETS = ("token-resource.example.com_license.sock", "token-resource.example.com_token.sock")
+SOCKETS = ("token-resource/example.com_license.sock", "token-resource/example.com_token.sock")
 KUBELET_RESTARTS = 3
 TIMEOUT = 20.0
 
@@ -149,8 +149,11 @@ def test_a_second_agent_is_refused_after_kubelet_restarts_and_touches_nothing(
         kubelet.restart()
         kubelet.wait_for(settled(restart + 1))
     assert sorted(path.name for path in directory.iterdir()) == sorted(
-        ["kubelet.sock", CHECKPOINT, *SOCKETS]
+        ["kubelet.sock", CHECKPOINT, "token-resource"]
     )
+    assert sorted(
+        f"token-resource/{path.name}" for path in (directory / "token-resource").iterdir()
+    ) == sorted(SOCKETS)
     inodes = socket_inodes(directory)
     before = kubelet.snapshot()
     assert agent.process is not None

@@ -3,9 +3,9 @@
 Every kustomization is rendered here in Python by a small renderer of the kustomize features
 the manifests use (``resources``, ``namePrefix``/``nameSuffix`` with the ConfigMap references
 they rename, ``images``, ``configMapGenerator`` without name hashes, and ``patches`` whose
-strategic-merge patch holds only maps), so the tests need no kubectl. Where ``kubectl`` is on
-PATH its ``kubectl kustomize`` renders each one too, and both renderings must be the same
-objects: the renderer is checked against the real kustomize wherever that is at hand. A
+strategic-merge patch holds only maps, or JSON patches), so the tests need no kubectl. Where
+``kubectl`` is on PATH its ``kubectl kustomize`` renders each one too, and both renderings must
+be the same objects: the renderer is checked against the real kustomize wherever that is at hand. A
 kustomization that uses anything else is refused by the renderer, not rendered approximately.
 
 Each rendered object is validated, strictly (no unknown fields), against the OpenAPI schemas
@@ -24,10 +24,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import jsonpatch  # type: ignore[import-untyped]
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from token_resource.apiserver.slices import device_class
 from token_resource.config.load import parse_config
 from token_resource.config.model import (
     DEFAULT_DEVICE_PLUGIN_DIR,
@@ -47,14 +49,17 @@ EXAMPLE = "overlays/example"
 POOLS = "overlays/node-pools"
 METRICS = "overlays/metrics"
 DEMO = "examples/token-demo"
+DRA_OVERLAY = "overlays/dra"
 # Every kustomization a user is told to apply.
-KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, METRICS, DEMO)
+KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, METRICS, DEMO, DRA_OVERLAY)
 
 # The oldest Kubernetes whose schemas the manifests must pass (DaemonSet maxSurge and seccomp
 # fields are long GA there), and the newest whose schemas kubernetes-validate ships.
 OLDEST_KUBERNETES = "1.27"
 NEWEST_KUBERNETES = ".".join(kubernetes_validate.latest_version().split(".")[:2])
 SCHEMA_VERSIONS = (OLDEST_KUBERNETES, NEWEST_KUBERNETES)
+# Where a kustomization needs a newer Kubernetes: DRA's resource.k8s.io/v1 is 1.34's.
+OLDEST_FOR = {DRA_OVERLAY: "1.34"}
 
 CONFIG_DIR = "/etc/token-resource"
 CONFIG_FILE = f"{CONFIG_DIR}/token-resource.toml"
@@ -188,9 +193,10 @@ def apply_patch(
         raise Unsupported(f"{directory}: patch {sorted(patch)} (target and inline patch only)")
     target = patch["target"]
     body = yaml.safe_load(patch["patch"])
-    # With a target, the patch's own name and namespace do not choose the object.
-    body.get("metadata", {}).pop("name", None)
-    body.get("metadata", {}).pop("namespace", None)
+    if isinstance(body, dict):
+        # With a target, the patch's own name and namespace do not choose the object.
+        body.get("metadata", {}).pop("name", None)
+        body.get("metadata", {}).pop("namespace", None)
     matched = [
         obj
         for obj in objects.values()
@@ -200,7 +206,10 @@ def apply_patch(
     if not matched:
         raise ValueError(f"{directory}: patch target {target} matches nothing")
     for obj in matched:
-        merge_maps(obj, body, f"{directory}: patch")
+        if isinstance(body, list):  # a JSON patch (RFC 6902), as kustomize tells them apart
+            obj.update(jsonpatch.apply_patch(obj, body))
+        else:
+            merge_maps(obj, body, f"{directory}: patch")
 
 
 def merge_maps(into: dict[str, Any], patch: dict[str, Any], where: str) -> None:
@@ -445,6 +454,8 @@ def test_the_schema_versions_are_the_supported_range() -> None:
 @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_every_object_passes_the_kubernetes_schema(kustomization: str, version: str) -> None:
+    if version == OLDEST_KUBERNETES:
+        version = OLDEST_FOR.get(kustomization, version)
     for obj in rendered(kustomization):
         checked = kubernetes_validate.validate(obj, version, strict=True)
         assert checked == version, (object_id(obj), checked)
@@ -474,7 +485,6 @@ def test_every_daemonset_runs_with_the_tightest_security_context() -> None:
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         }, kustomization
-        assert spec["automountServiceAccountToken"] is False
         for host_access in ("hostNetwork", "hostPID", "hostIPC"):
             assert not spec.get(host_access), host_access
 
@@ -536,7 +546,12 @@ def test_every_daemonset_runs_the_agent_on_its_configmap_and_probes_its_control_
         config = agent_config(objects, daemon_set)
         assert config.agent.device_plugin_dir == DEFAULT_DEVICE_PLUGIN_DIR, kustomization
         assert config.resources, kustomization
-        assert not config.uses_api_server, "node-status needs credentials the pods do not get"
+        # API access only with a ServiceAccount that allows it (node-status is not set up).
+        spec = daemon_set["spec"]["template"]["spec"]
+        assert config.uses_api_server == (kustomization == DRA_OVERLAY), kustomization
+        assert spec["automountServiceAccountToken"] is config.uses_api_server, kustomization
+        # No node-status resources: the pods get no credentials that could write a Node.
+        assert "node-status" not in {spec.advertise for spec in config.resources.values()}
 
 
 def test_a_normal_start_fails_no_probe() -> None:
@@ -667,8 +682,87 @@ def test_only_the_metrics_overlay_opens_a_port_and_its_annotations_name_it() -> 
 
 
 def test_the_docs_apply_only_kustomizations_that_exist_and_are_tested() -> None:
-    for document in (REPO / "README.md", REPO / "docs" / "kubernetes.md"):
-        applied = re.findall(r"kubectl apply -k deploy/kubernetes/([\w./-]+)", document.read_text())
-        assert applied, f"{document} shows no `kubectl apply -k`"
-        for path in applied:
-            assert path.rstrip("/") in KUSTOMIZATIONS, (document, path)
+    documents = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    applied = {
+        (document.name, path.rstrip("/"))
+        for document in documents
+        for path in re.findall(
+            r"kubectl apply -k deploy/kubernetes/([\w./-]+)", document.read_text()
+        )
+    }
+    assert {"README.md", "kubernetes.md", "dra.md"} <= {document for document, _ in applied}
+    for document, path in applied:
+        assert path in KUSTOMIZATIONS, (document, path)
+
+
+# --- the DRA overlay ------------------------------------------------------------------------
+
+
+def test_the_dra_overlay_serves_its_resources_through_dra_with_the_mounts_they_need() -> None:
+    objects = rendered(DRA_OVERLAY)
+    [daemon_set] = of_kind(objects, "DaemonSet")
+    config = agent_config(objects, daemon_set)
+    assert {spec.advertise for spec in config.resources.values()} == {"dra"}
+    assert config.kubernetes.in_cluster
+    spec = daemon_set["spec"]["template"]["spec"]
+    container = the_container(daemon_set)
+    # The Node's name, as the agent reads it in a pod.
+    assert container["env"] == [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    ]
+    mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    # Each directory where the agent's configuration says, and at the host's own path (the
+    # registration names the service socket by its path, the runtime reads the CDI specs).
+    for directory in (config.dra.plugins_registry_dir, config.dra.plugins_dir, config.dra.cdi_dir):
+        mount = mounts[str(directory)]
+        assert "readOnly" not in mount
+        assert volumes[mount["name"]]["hostPath"]["path"] == str(directory)
+    [account] = of_kind(objects, "ServiceAccount")
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
+    objects = rendered(DRA_OVERLAY)
+    [role] = of_kind(objects, "ClusterRole")
+    allowed = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert allowed == {
+        ("resource.k8s.io", "resourceslices"): {
+            "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"
+        },
+        ("resource.k8s.io", "resourceclaims"): {"get"},
+        ("", "nodes"): {"get"},
+    }  # fmt: skip
+    [binding] = of_kind(objects, "ClusterRoleBinding")
+    [account] = of_kind(objects, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "token-resource", "namespace": "token-resource"}
+    ]
+    assert account["metadata"]["namespace"] == "token-resource"
+    # Each agent held to its own node's slices, for the account the pods run as.
+    [policy] = of_kind(objects, "ValidatingAdmissionPolicy")
+    [policy_binding] = of_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert policy_binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert policy_binding["spec"]["validationActions"] == ["Deny"]
+    [condition] = policy["spec"]["matchConditions"]
+    assert "system:serviceaccount:token-resource:token-resource" in condition["expression"]
+
+
+def test_the_dra_overlays_device_classes_are_what_the_command_prints() -> None:
+    objects = rendered(DRA_OVERLAY)
+    [daemon_set] = of_kind(objects, "DaemonSet")
+    config = agent_config(objects, daemon_set)
+    expected = [device_class(config.dra.driver, name) for name in config.resources]
+    assert of_kind(objects, "DeviceClass") == expected
+    printed = subprocess.run(
+        [sys.executable, "-m", "token_resource", "device-classes", "--config",
+         str(DEPLOY / DRA_OVERLAY / "token-resource.toml")],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert [obj for obj in yaml.safe_load_all(printed) if obj] == expected

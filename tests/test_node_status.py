@@ -1,6 +1,6 @@
 """Node-status mode: the real agent and ``node-status`` command against an API server stand-in.
 
-The stand-in (tests/standin/apiserver.py) speaks HTTPS with certificates made here, applies
+The stand-in (tests/standin/apiserver/) speaks HTTPS with certificates made here, applies
 JSON patches with a real RFC 6902 implementation and authorizes like the Node authorizer.
 """
 
@@ -214,10 +214,11 @@ def test_a_crash_between_the_two_writes_leaves_nothing_untracked(
 
 
 def test_the_annotation_changes_only_as_it_was_read(
-    apiserver: ApiServerStandin, kubeconfig: Path
+    apiserver: ApiServerStandin, kubeconfig: Path, request: pytest.FixtureRequest
 ) -> None:
     """Two writers of the list: the one that read an older Node is refused, not obeyed."""
     client = NodeClient(load_credentials(KubernetesSettings(kubeconfig=kubeconfig)))
+    request.addfinalizer(client.close)
     absent = Ownership.of(client.get_node(NODE))
     assert absent.names == frozenset()
     assert absent.value is None
@@ -373,7 +374,8 @@ def test_kubeconfig_forms(
         key_in_cert_file=not inline,
     )
     credentials = load_credentials(KubernetesSettings(kubeconfig=path))
-    node = NodeClient(credentials).get_node(NODE)
+    with NodeClient(credentials) as client:
+        node = client.get_node(NODE)
     assert node["metadata"]["name"] == NODE
 
 
@@ -386,9 +388,8 @@ def test_in_cluster_credentials(
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     credentials = load_credentials(KubernetesSettings(in_cluster=True))
-    NodeClient(credentials).patch_node_status(
-        NODE, [{"op": "add", "path": capacity_path(DONGLE), "value": "3"}]
-    )
+    with NodeClient(credentials) as client:
+        client.patch_node_status(NODE, [{"op": "add", "path": capacity_path(DONGLE), "value": "3"}])
     assert apiserver.snapshot().capacity(NODE)[DONGLE] == "3"
 
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 from token_resource.config.model import AgentSettings, Config, ResourceSpec
 from token_resource.kubelet.reconciler import PluginState, Reconciler
+from token_resource.kubelet.sockets import SUBDIRECTORY
 
 
 def config(directory: Path, **counts: int) -> Config:
@@ -32,7 +33,8 @@ def test_apply_starts_updates_and_stops_only_what_changed(device_plugin_dir: Pat
             PluginState("example.com/a", 1, registered=False),
             PluginState("example.com/b", 2, registered=False),
         ]
-        inode_a = os.lstat(device_plugin_dir / "token-resource.example.com_a.sock").st_ino
+        sockets = device_plugin_dir / SUBDIRECTORY
+        inode_a = os.lstat(sockets / "example.com_a.sock").st_ino
 
         second = config(device_plugin_dir, a=1, b=5, c=0)
         await reconciler.apply(second.resources)
@@ -42,15 +44,13 @@ def test_apply_starts_updates_and_stops_only_what_changed(device_plugin_dir: Pat
             ("example.com/c", 0),
         ]
         # Untouched: the same socket file, never re-created.
-        assert os.lstat(device_plugin_dir / "token-resource.example.com_a.sock").st_ino == inode_a
+        assert os.lstat(sockets / "example.com_a.sock").st_ino == inode_a
 
         await reconciler.apply(config(device_plugin_dir, c=0).resources)
         assert [s.name for s in reconciler.states()] == ["example.com/c"]
-        assert sorted(p.name for p in device_plugin_dir.iterdir()) == [
-            "token-resource.example.com_c.sock"
-        ]
+        assert sorted(p.name for p in sockets.iterdir()) == ["example.com_c.sock"]
         await reconciler.close()
-        assert list(device_plugin_dir.iterdir()) == []
+        assert list(sockets.iterdir()) == []
 
     asyncio.run(scenario())
     assert changes
@@ -60,9 +60,9 @@ def test_a_lost_socket_is_served_again(device_plugin_dir: Path) -> None:
     async def scenario() -> None:
         reconciler = Reconciler(device_plugin_dir, lambda: None)
         await reconciler.apply(config(device_plugin_dir, a=1).resources)
-        path = device_plugin_dir / "token-resource.example.com_a.sock"
+        path = device_plugin_dir / SUBDIRECTORY / "example.com_a.sock"
         path.unlink()
-        reconciler.socket_removed(path.name)
+        reconciler.socket_removed(path)
         for _ in range(500):
             if path.exists():
                 break
@@ -81,8 +81,8 @@ def test_a_resource_that_cannot_be_served_is_reported_and_tried_again(
     async def scenario() -> None:
         reconciler = Reconciler(device_plugin_dir, lambda: None)
         # A directory where the socket should go: the bind fails.
-        blocker = device_plugin_dir / "token-resource.example.com_a.sock"
-        blocker.mkdir()
+        blocker = device_plugin_dir / SUBDIRECTORY / "example.com_a.sock"
+        blocker.mkdir(parents=True)
         failures = await reconciler.apply(config(device_plugin_dir, a=1, b=1).resources)
         assert len(failures) == 1
         assert failures[0].startswith("example.com/a: cannot serve: ")

@@ -7,9 +7,12 @@ import pytest
 
 from token_resource.kubelet.sockets import (
     MAX_SOCKET_PATH,
+    SUBDIRECTORY,
+    SocketLayout,
     SocketPathError,
     is_agent_socket,
     remove_stale_sockets,
+    remove_subdirectory,
     socket_name,
 )
 
@@ -40,23 +43,65 @@ def test_a_directory_too_long_for_any_socket_name_is_an_error() -> None:
         socket_name("example.com/token", Path("/" + "d" * 90))
 
 
+def test_the_layouts_endpoints_and_the_names_they_own() -> None:
+    inside = SocketLayout(KUBELET_DIR)
+    assert inside.directory == KUBELET_DIR / "token-resource"
+    assert inside.endpoint("example.com/token") == "token-resource/example.com_token.sock"
+    assert inside.owns("example.com_token.sock")
+    assert not inside.owns("notes.txt")
+    beside = SocketLayout(KUBELET_DIR, subdirectory=False)
+    assert beside.directory == KUBELET_DIR
+    assert beside.endpoint("example.com/token") == "token-resource.example.com_token.sock"
+    assert beside.owns("token-resource.example.com_token.sock")
+    assert not beside.owns("kubelet.sock")
+    # The directory's name counts against the 107 bytes as the prefix does beside it.
+    long_name = "a" * 200 + ".example.com/" + "x" * 63
+    for layout in (inside, beside):
+        assert len(str(KUBELET_DIR / layout.endpoint(long_name))) == MAX_SOCKET_PATH
+
+
 def test_stale_removal_touches_only_our_sockets(socket_dir: Path) -> None:
+    subdirectory = socket_dir / SUBDIRECTORY
+    subdirectory.mkdir()
     sockets = []
-    for name in ("token-resource.example.com_token.sock", "kubelet.sock", "other.sock"):
+    for path in (
+        socket_dir / "token-resource.example.com_token.sock",
+        socket_dir / "kubelet.sock",
+        socket_dir / "other.sock",
+        subdirectory / "example.com_license.sock",
+    ):
         sock = socket.socket(socket.AF_UNIX)
-        sock.bind(str(socket_dir / name))
+        sock.bind(str(path))
         sockets.append(sock)
     (socket_dir / "token-resource.lock").write_text("1\n")
     (socket_dir / "token-resource.file.sock").write_text("not a socket")
+    (subdirectory / "notes.txt").write_text("not a socket either")
     try:
-        assert remove_stale_sockets(socket_dir) == ["token-resource.example.com_token.sock"]
+        assert remove_stale_sockets(socket_dir) == [
+            "token-resource.example.com_token.sock",
+            "token-resource/example.com_license.sock",
+        ]
         assert sorted(path.name for path in socket_dir.iterdir()) == [
             "kubelet.sock",
             "other.sock",
+            "token-resource",
             "token-resource.file.sock",
             "token-resource.lock",
         ]
+        assert [path.name for path in subdirectory.iterdir()] == ["notes.txt"]
         assert not is_agent_socket(socket_dir / "token-resource.file.sock")
+        # A directory with something else in it is left at stop; an empty one goes.
+        remove_subdirectory(socket_dir)
+        assert subdirectory.is_dir()
+        (subdirectory / "notes.txt").unlink()
+        remove_subdirectory(socket_dir)
+        assert not subdirectory.exists()
     finally:
         for sock in sockets:
             sock.close()
+
+
+def test_stale_removal_makes_the_agents_directory(socket_dir: Path) -> None:
+    assert remove_stale_sockets(socket_dir) == []
+    assert (socket_dir / SUBDIRECTORY).is_dir()
+    assert (socket_dir / SUBDIRECTORY).stat().st_mode & 0o007 == 0  # none for others

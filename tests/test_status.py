@@ -100,6 +100,8 @@ def test_status_shows_who_holds_the_tokens(
         "  batch/job-7/worker: token-2",
         "  default/web-1/app: token-0, token-1",
         "example.com/token: 2 token(s), registered, 0 in use, 2 free",
+        f"device-plugin sockets: {agent.device_plugin_dir}/token-resource "
+        "(kept across kubelet restarts)",
     ], text
 
 

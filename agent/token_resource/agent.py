@@ -19,18 +19,19 @@ from token_resource.apiserver.nodestatus import NodeStatusAdvertiser
 from token_resource.config.diff import ConfigDiff, describe_change, diff_configs
 from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_reload
-from token_resource.config.model import DEVICE_PLUGIN, NODE_STATUS, Config
+from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, Config
 from token_resource.config.watch import DISAPPEARED_SETTLE_SECONDS, ConfigPaths
+from token_resource.dra.driver import DraDriver
 from token_resource.host.control import Answer, ControlServer
 from token_resource.host.fswatch import DirectoryWatcher, FileEvent
 from token_resource.host.lock import directory_lock
 from token_resource.host.notify import SystemdNotifier
 from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.kubelet.reconciler import Reconciler
-from token_resource.kubelet.sockets import is_agent_socket_name, remove_stale_sockets
+from token_resource.kubelet.sockets import remove_stale_sockets, remove_subdirectory
 from token_resource.observe.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
-from token_resource.observe.report import ResourceReport, StatusReport
-from token_resource.protocol.deviceplugin import KUBELET_SOCKET
+from token_resource.observe.report import PluginSockets, StatusReport
+from token_resource.summary import dra_report, resource_reports, status_line
 
 if TYPE_CHECKING:
     from token_resource.observe.exposition import Exposition
@@ -39,8 +40,6 @@ log = logging.getLogger(__name__)
 
 # Registering N resources changes the status 2N times: build and send it once per burst.
 STATUS_DELAY_SECONDS = 0.05
-_STATUS_LISTED = 5
-_STATUS_ERROR_CHARS = 300
 
 
 class StartError(Exception):
@@ -55,7 +54,11 @@ class Agent:
         self._initial = config
         # Nothing is served until run() applies the initial config as a diff from nothing.
         self._config = Config(
-            agent=config.agent, resources=MappingProxyType({}), files=(), metrics=config.metrics
+            agent=config.agent,
+            resources=MappingProxyType({}),
+            files=(),
+            metrics=config.metrics,
+            dra=config.dra,
         )
         self._config_path = config_path
         self._config_paths = ConfigPaths(config_path)
@@ -72,15 +75,20 @@ class Agent:
             metrics = Metrics(asyncio.get_running_loop(), self.report)
             self._observer = metrics
             self._exposition = Exposition(config.metrics, metrics.registry)
+        self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
         self._reconciler = Reconciler(
-            config.agent.device_plugin_dir, self._publish_status, self._observer
+            config.agent.device_plugin_dir,
+            self._publish_status,
+            self._observer,
+            self._watcher.watch,
         )
         # Tokens in use per resource, from the latest read of the kubelet's PodResources API
         # (for the STATUS= line); None when the last read failed or none was made yet.
         self._in_use: dict[str, int] | None = None
         # Only built once the config uses the API server (Config.uses_api_server).
         self._advertiser: NodeStatusAdvertiser | None = None
-        self._watcher = DirectoryWatcher(asyncio.get_running_loop(), self._on_file_event)
+        # Only started once the config has a DRA resource.
+        self._dra: DraDriver | None = None
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._pending_reload: asyncio.TimerHandle | None = None
@@ -99,7 +107,7 @@ class Agent:
                 await self._control.start()
                 # Before any plugin registers: a listen address in use ends the start at once.
                 self._start_exposition()
-                self._watcher.watch(directory)
+                self._reconciler.watch_directories()
                 self._watch_config()
                 self._watcher.start()
                 self._install_signal_handlers(loop)
@@ -142,7 +150,9 @@ class Agent:
 
     async def _reload(self, trigger: str) -> Answer:
         try:
-            config = load_reload(self._config_path, self._config.agent, self._config.metrics)
+            config = load_reload(
+                self._config_path, self._config.agent, self._config.metrics, self._config.dra
+            )
         except ConfigError as error:
             self._last_error = str(error)
             log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
@@ -158,23 +168,40 @@ class Agent:
         return True, described
 
     async def _apply(self, config: Config) -> tuple[ConfigDiff, list[str]]:
-        """Hand each resource to what advertises it: the device plugins or the Node status."""
+        """Hand each resource to what advertises it: the device plugins, DRA or the Node
+        status."""
         failures = await self._reconciler.apply(config.advertised_by(DEVICE_PLUGIN).resources)
+        failures += await self._apply_dra(config)
         node_status = {
             name: spec.count for name, spec in config.advertised_by(NODE_STATUS).resources.items()
         }
-        if config.uses_api_server and self._advertiser is None:
+        if config.manages_node_status and self._advertiser is None:
             self._advertiser = NodeStatusAdvertiser(config.kubernetes, self._publish_status)
         if self._advertiser is not None:
             self._advertiser.apply(config.kubernetes, node_status)
         diff, self._config = diff_configs(self._config, config), config
         return diff, failures
 
+    async def _apply_dra(self, config: Config) -> list[str]:
+        resources = config.advertised_by(DRA).resources
+        if resources and self._dra is None:
+            driver = DraDriver(config.dra, config.kubernetes, self._observer, self._publish_status)
+            try:
+                await driver.start()
+            except (OSError, RuntimeError) as error:
+                await driver.close()
+                log.error("DRA driver %s: cannot serve: %s", config.dra.driver, error)
+                return [f"DRA driver {config.dra.driver}: cannot serve: {error}"]
+            self._dra = driver
+        if self._dra is not None:
+            self._dra.apply(config.kubernetes, resources)
+        return []
+
     def _watch_config(self, renewed: Path | None = None) -> None:
         """Watch the directories of every path the configuration resolves through now, and
         ``renewed`` afresh (a directory re-created under the same name needs a new watch)."""
         wanted = self._config_paths.refresh()
-        kept = {self._config.agent.device_plugin_dir}
+        kept = self._reconciler.directories()
         for directory in self._config_dirs - wanted - kept:
             self._watcher.unwatch(directory)
         for directory in sorted(wanted - kept):
@@ -191,9 +218,7 @@ class Agent:
     def _on_file_event(self, event: FileEvent) -> None:
         if event.kind in ("opened", "closed_no_write"):
             return
-        directory = self._config.agent.device_plugin_dir
-        if event.path.parent == directory or (event.dest and event.dest.parent == directory):
-            self._on_socket_event(event)
+        self._reconciler.on_file_event(event)
         if self._config_paths.concerns(event):
             # A directory created or renamed into place under a watched name is a new one.
             renewed = event.dest or event.path
@@ -202,17 +227,6 @@ class Agent:
             settle = self._config_paths.settle_delay(event)
             if settle is not None:
                 self._reload_soon(settle)
-
-    def _on_socket_event(self, event: FileEvent) -> None:
-        kubelet_socket = self._config.agent.device_plugin_dir / KUBELET_SOCKET
-        if (event.kind == "created" and event.path == kubelet_socket) or (
-            event.kind == "moved" and event.dest == kubelet_socket
-        ):
-            self._reconciler.kubelet_started()
-        elif event.kind in ("deleted", "moved") and event.path == kubelet_socket:
-            self._reconciler.kubelet_stopped()
-        elif event.kind in ("deleted", "moved") and is_agent_socket_name(event.path.name):
-            self._reconciler.socket_removed(event.path.name)
 
     def _reload_soon(self, settle: float) -> None:
         """Reload after ``settle`` seconds; a later event within them starts the wait again,
@@ -244,29 +258,19 @@ class Agent:
             allocation = await read_allocation(socket, [state.name for state in states])
         except AllocationUnknown as error:
             problem = str(error)
-        resources = [
-            ResourceReport(
-                state.name,
-                state.count,
-                DEVICE_PLUGIN,
-                state.registered,
-                None if allocation is None else allocation.holders.get(state.name, ()),
-                None
-                if allocation is None or allocation.allocatable is None
-                else allocation.allocatable.get(state.name, 0),
-            )
-            for state in states
-        ]
-        node_status = self._config.advertised_by(NODE_STATUS).resources.values()
-        resources += [
-            ResourceReport(spec.name, spec.count, NODE_STATUS, None, None) for spec in node_status
-        ]
+        dra = self._dra.state() if self._dra is not None else None
+        resources = resource_reports(states, allocation, self._config.resources, dra)
         in_use = {r.name: r.in_use for r in resources if r.in_use is not None}
         if (None if allocation is None else in_use) != self._in_use:
             self._in_use = None if allocation is None else in_use
             self._publish_status()
-        ordered = tuple(sorted(resources, key=lambda resource: resource.name))
-        return StatusReport(self._status(), str(socket), problem, ordered)
+        layout = self._reconciler.layout
+        sockets = PluginSockets(
+            str(layout.directory), "subdirectory" if layout.subdirectory else "top-level"
+        )
+        return StatusReport(
+            self._status(), str(socket), problem, tuple(resources), sockets, dra_report(dra)
+        )
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         # Handlers only record the signal; the loop does the work.
@@ -298,37 +302,14 @@ class Agent:
 
     def _status(self) -> str:
         """One line for ``systemctl status``: resources, registration, the last config error."""
-        states = self._reconciler.states()
-        node_status = self._advertiser.state() if self._advertiser is not None else None
-        if not states and not (node_status and node_status.desired):
-            text = "no resources configured"
-        elif not states:
-            text = "no device-plugin resources"
-        else:
-            listed = ", ".join(
-                f"{state.name}={state.count}{self._in_use_suffix(state.name)}"
-                for state in states[:_STATUS_LISTED]
-            )
-            if len(states) > _STATUS_LISTED:
-                listed += f", and {len(states) - _STATUS_LISTED} more"
-            if self._reconciler.kubelet_present():
-                registered = sum(state.registered for state in states)
-                where = f"{registered}/{len(states)} registered"
-            else:
-                where = "waiting for the kubelet"
-            text = f"{len(states)} resource(s), {where}: {listed}"
-        if node_status is not None and (node_status.desired or node_status.state != "accepted"):
-            listed = ", ".join(f"{name}={count}" for name, count in node_status.desired.items())
-            text += f"; node status of {node_status.node}: {node_status.state}"
-            detail = node_status.reason or listed
-            text += f" ({detail})" if detail else ""
-        if self._last_error:
-            text += f"; last reload rejected: {self._last_error[:_STATUS_ERROR_CHARS]}"
-        return text
-
-    def _in_use_suffix(self, name: str) -> str:
-        in_use = None if self._in_use is None else self._in_use.get(name)
-        return "" if in_use is None else f" ({in_use} in use)"
+        return status_line(
+            self._reconciler.states(),
+            self._reconciler.kubelet_present(),
+            self._in_use,
+            self._advertiser.state_of_node() if self._advertiser is not None else None,
+            self._dra.state() if self._dra is not None else None,
+            self._last_error,
+        )
 
     async def _shut_down(self, loop: asyncio.AbstractEventLoop) -> None:
         for stop_signal in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
@@ -344,6 +325,9 @@ class Agent:
         if self._exposition is not None:
             await self._exposition.close()
         await self._reconciler.close()
+        remove_subdirectory(self._config.agent.device_plugin_dir)
+        if self._dra is not None:
+            await self._dra.close()
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.
             await self._advertiser.close()

@@ -10,17 +10,26 @@ real kubelet's (see the project's device-plugin notes); two kubelet generations 
 - ``register_first`` (1.24-era): Register is answered at once and the dial happens afterwards
   (a failure is only logged), and the options come from ``RegisterRequest.options``.
 
+The endpoint is joined onto the directory unchecked, as both kubelets read do
+(``filepath.Join(socketDir, r.Endpoint)``), so ``sub/plugin.sock`` is a socket in a
+subdirectory, which the wipe at start leaves alone. For the agent's fallback a kubelet that
+will not take such an endpoint is modelled too (``subdirectory_endpoints``): one that refuses
+the Register, and one (register_first) that answers it and never dials.
+
 It can also play a kubelet's start as a real one goes through it (``socket_after``,
 ``admit_after``, ``pods``): ``kubelet.sock`` a moment after the start, then, once its Node has
 synced (about a second later), the admission of the pods bound to the node, in which a pod whose
 resource has no healthy devices yet is rejected (tests/standin/admission.py).
 
 Integration tests use :class:`KubeletStandin` in-process; tests/standin/kubelet_script.py
-runs it as a process of its own (the system tests' containers, the script-mode tests).
+runs it as a process of its own (the system tests' containers, the script-mode tests). The
+DRA side (``plugins_registry_dir``) needs kubelet_plugins.py and kubelet_dra.py beside this
+file, imported only when it is on.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -34,7 +43,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -62,6 +71,10 @@ from token_resource.protocol.deviceplugin import (
     VERSION,
     registration_handler,
 )
+
+if TYPE_CHECKING:
+    from tests.standin.kubelet_dra import ApiAccess, CallResult, DraManager, DraView
+    from tests.standin.kubelet_plugins import PluginWatcher
 
 LOG = logging.getLogger("kubelet-standin")
 
@@ -166,6 +179,7 @@ class KubeletView:
     admitted_at: float | None = None
     # Every pod this stand-in admitted or rejected, its latest decision.
     pods: Mapping[str, PodStatus] = field(default_factory=dict)
+    dra: DraView | None = None  # the DRA side, when the stand-in has a plugins_registry_dir
 
     def counts(self) -> dict[str, int]:
         """Resource name -> allocatable, for terse asserts."""
@@ -180,6 +194,7 @@ class KubeletView:
             "socket_at": self.socket_at,
             "admitted_at": self.admitted_at,
             "pods": {name: status.to_dict() for name, status in sorted(self.pods.items())},
+            **({"dra": self.dra.to_dict()} if self.dra is not None else {}),
         }
 
     def pretty(self) -> str:
@@ -219,7 +234,14 @@ def is_extended_resource_name(name: str) -> bool:
     )
 
 
-def registration_problem(request: pb.RegisterRequest) -> str | None:
+# How a kubelet treats an endpoint with a "/" in it: joined onto its directory (every real one
+# read), refused, or accepted and never dialled.
+JOINED, REFUSED, NEVER_DIALLED = "joined", "refused", "never-dialled"
+
+
+def registration_problem(
+    request: pb.RegisterRequest, subdirectory_endpoints: str = JOINED
+) -> str | None:
     """Why the kubelet refuses this Register before dialling the plugin, or None."""
     if request.version != VERSION:
         return (
@@ -228,7 +250,7 @@ def registration_problem(request: pb.RegisterRequest) -> str | None:
         )
     if not is_extended_resource_name(request.resource_name):
         return f"the ResourceName {_quote(request.resource_name)} is invalid"
-    if request.endpoint in ("", ".", "..") or "/" in request.endpoint:
+    if subdirectory_endpoints == REFUSED and "/" in request.endpoint:
         return (
             f"endpoint {_quote(request.endpoint)} is not the file name of a socket "
             "in the device-plugin directory"
@@ -304,21 +326,34 @@ class KubeletStandin:
         *,
         dial_timeout: float = 10.0,
         register_first: bool = False,
+        subdirectory_endpoints: str = JOINED,
         state_file: Path | None = None,
         pods: PodStore | None = None,
         runtime: RuntimeState | None = None,
         socket_after: float = 0.0,
         admit_after: float = 0.0,
         started_at: float | None = None,
+        plugins_registry_dir: Path | None = None,
+        node: str = "node-a",
+        apiserver: ApiAccess | None = None,
+        dra_versions: Sequence[str] = ("v1.DRAPlugin", "v1beta1.DRAPlugin"),
+        deregistration_grace: float = 30.0,
     ) -> None:
         """``kubelet.sock`` appears ``socket_after`` seconds after each start, and ``pods``, the
         pods bound to the node, are admitted ``admit_after`` seconds after it (the kubelet first
         waits for its Node to sync); ``runtime``: which of them still run (default: this
         process's memory). The first start counts from ``started_at`` (time.monotonic()), if
-        given, instead of from start()."""
+        given, instead of from start().
+
+        ``plugins_registry_dir`` turns on the DRA side (kubelet_plugins.py and
+        kubelet_dra.py): the plugin watcher there, the DRA manager for ``node``, wiping slices
+        through ``apiserver`` (the node's credentials; None: no wipes), speaking
+        ``dra_versions`` (a 1.32-era kubelet: ``("v1beta1.DRAPlugin",)``), wiping a gone
+        driver's slices ``deregistration_grace`` seconds after its last plugin left."""
         self.socket_dir = Path(os.path.abspath(socket_dir))
         self._dial_timeout = dial_timeout
         self._register_first = register_first
+        self._subdirectory_endpoints = subdirectory_endpoints
         self._state_file = state_file
         self._pods = pods
         self._runtime = runtime if runtime is not None else RuntimeState(None)
@@ -340,6 +375,25 @@ class KubeletStandin:
         self._admitted_at: float | None = None
         self._statuses: dict[str, PodStatus] = {}
         self._synced = 0  # the generation whose Node sync_node() declared synced
+        self._dra: DraManager | None = None
+        self._watcher: PluginWatcher | None = None
+        if plugins_registry_dir is not None:
+            dra = _sibling("kubelet_dra")
+            self._dra = dra.DraManager(
+                self._cond,
+                self._changed,
+                self._violation,
+                node=node,
+                apiserver=apiserver,
+                versions=dra_versions,
+                grace=deregistration_grace,
+            )
+            self._watcher = _sibling("kubelet_plugins").PluginWatcher(
+                Path(os.path.abspath(plugins_registry_dir)),
+                {"DRAPlugin": self._dra},
+                self._cond,
+                self._changed,
+            )
 
     @property
     def socket_path(self) -> Path:
@@ -406,9 +460,16 @@ class KubeletStandin:
             self._changed(
                 f"kubelet listening on {self.socket_path} (generation {self._generation})"
             )
+        if self._dra is not None and self._watcher is not None:
+            self._dra.start()  # the node-wide slice wipe, in the background as in the kubelet
+            self._watcher.start()
 
     def stop(self) -> None:
-        """Stop serving, end every ListAndWatch stream, remove ``kubelet.sock``. Idempotent."""
+        """Stop serving, end every ListAndWatch stream, remove ``kubelet.sock``; forget every
+        DRA plugin. Idempotent."""
+        if self._watcher is not None and self._dra is not None:
+            self._watcher.stop()
+            self._dra.stop()
         with self._cond:
             server, executor = self._server, self._executor
             if server is None or executor is None:
@@ -580,12 +641,35 @@ class KubeletStandin:
         response: _Response = rpc(request, timeout=timeout)
         return response
 
+    # --- DRA, as the kubelet's DRA manager calls plugins ---------------------------------------
+
+    def prepare(
+        self, driver: str, claims: Sequence[tuple[str, str, str]], timeout: float = 45.0
+    ) -> CallResult:
+        """NodePrepareResources for ``claims`` ((namespace, uid, name) each) on the driver's
+        plugin; the kubelet's verdict and each claim's answer (kubelet_dra.py)."""
+        if self._dra is None:
+            raise RuntimeError("the kubelet stand-in has no plugins_registry_dir")
+        return self._dra.call("NodePrepareResources", driver, claims, timeout)
+
+    def unprepare(
+        self, driver: str, claims: Sequence[tuple[str, str, str]], timeout: float = 45.0
+    ) -> CallResult:
+        if self._dra is None:
+            raise RuntimeError("the kubelet stand-in has no plugins_registry_dir")
+        return self._dra.call("NodeUnprepareResources", driver, claims, timeout)
+
+    def _violation(self, text: str) -> None:
+        """Caller holds the lock: a plugin broke the protocol."""
+        self._rejected.append(text)
+        self._changed(f"protocol violation: {text}")
+
     # --- Register --------------------------------------------------------------------------
 
     def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
         with self._cond:
             generation = self._generation
-        problem = registration_problem(request)
+        problem = registration_problem(request, self._subdirectory_endpoints)
         if problem is not None:
             self._refuse(context, request, problem)
         path = self.socket_dir / request.endpoint
@@ -713,6 +797,12 @@ class KubeletStandin:
         refused = False
         try:
             if self._register_first:
+                if (
+                    self._subdirectory_endpoints == NEVER_DIALLED
+                    and "/" in link.path.relative_to(self.socket_dir).as_posix()
+                ):
+                    LOG.info("%s: not dialling %s (a subdirectory)", link.resource, link.path)
+                    return
                 self._dial(link, lambda: link.closed)
             call = self._open_stream(link)
             for response in call or ():
@@ -801,10 +891,11 @@ class KubeletStandin:
             self._generation,
             MappingProxyType(dict(self._views)),
             tuple(self._rejected),
-            self._started_at,
-            self._socket_at,
-            self._admitted_at,
-            MappingProxyType(dict(self._statuses)),
+            started_at=self._started_at,
+            socket_at=self._socket_at,
+            admitted_at=self._admitted_at,
+            pods=MappingProxyType(dict(self._statuses)),
+            dra=None if self._dra is None else self._dra.snapshot(),
         )
 
     def _changed(self, *events: str) -> None:
@@ -837,6 +928,12 @@ def _wait_until_ended(links: Sequence[_Link]) -> None:
     still = [link.resource for link in stuck if link.thread is not None and link.thread.is_alive()]
     if still:
         raise RuntimeError(f"kubelet stand-in: the client threads of {still} did not end")
+
+
+def _sibling(name: str) -> Any:
+    """A module beside this one: ``tests.standin.<name>`` in the tests, ``<name>`` when this
+    file runs as a script with its siblings copied beside it (the DRA side only)."""
+    return importlib.import_module(f"{__package__}.{name}" if __package__ else name)
 
 
 class _View(Protocol):

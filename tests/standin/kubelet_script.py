@@ -3,10 +3,11 @@
     python3 -m tests.standin.kubelet_script --dir DIR [--state-file FILE] [--register-first]
         [--socket-after S] [--admit-after S] [--pods FILE] [--runtime-file FILE]
         [--leave-socket]
+        [--plugins-registry-dir DIR [--node NODE] [--apiserver URL --ca F --cert F --key F]]
 
 Only ``tests/standin``, the installed ``token_resource`` package, grpcio and protobuf need to be
-there. It prints one line per event. SIGHUP restarts the kubelet (wiping every file in DIR but
-its checkpoint), SIGTERM and SIGINT stop it.
+there (and watchdog for the DRA options). It prints one line per event. SIGHUP restarts the
+kubelet (wiping every file in DIR but its checkpoint), SIGTERM and SIGINT stop it.
 """
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
         help="on SIGTERM or SIGINT exit at once, leaving kubelet.sock behind with nobody "
         "listening, as a node going down left it on a real node",
     )
+    dra = parser.add_argument_group("DRA (kubelet_plugins.py and kubelet_dra.py)")
+    dra.add_argument("--plugins-registry-dir", type=Path, help="run the plugin watcher here")
+    dra.add_argument("--node", default="node-a", help="the node's name (default node-a)")
+    dra.add_argument("--apiserver", help="the API server's URL, for the slice wipes")
+    dra.add_argument("--ca", type=Path, help="the API server's CA (PEM)")
+    dra.add_argument("--cert", type=Path, help="the node's client certificate (PEM)")
+    dra.add_argument("--key", type=Path, help="the node's client key (PEM)")
+    dra.add_argument("--grace", type=float, default=30.0, help="seconds before a wipe")
     return parser
 
 
@@ -90,6 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
     try:
         logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
+        access = None
+        if args.apiserver:
+            from tests.standin.kubelet_dra import ApiAccess  # noqa: PLC0415 (DRA only)
+
+            access = ApiAccess(
+                args.apiserver, args.ca.read_bytes(), args.cert.read_bytes(), args.key.read_bytes()
+            )
         standin = KubeletStandin(
             args.dir,
             register_first=args.register_first,
@@ -99,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             socket_after=args.socket_after,
             admit_after=args.admit_after,
             started_at=started,
+            plugins_registry_dir=args.plugins_registry_dir,
+            node=args.node,
+            apiserver=access,
+            deregistration_grace=args.grace,
         )
         with standin:
             while signal.sigwaitinfo(_SIGNALS).si_signo == signal.SIGHUP:

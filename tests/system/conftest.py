@@ -46,6 +46,9 @@ STANDIN_FILES = tuple(
         "standin/admission.py",
         "standin/kubelet.py",
         "standin/kubelet_script.py",
+        # The DRA side, imported only with its options.
+        "standin/kubelet_plugins.py",
+        "standin/kubelet_dra.py",
     )
 )
 # Booting, installing and the watchdog test take longer than the unit tests' 120 s default.

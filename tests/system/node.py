@@ -91,11 +91,17 @@ class AgentNode(Node):
         return sorted(result.stdout.split()) if result.returncode == 0 else []
 
     def agent_sockets(self) -> list[str]:
-        result = self.exec(
+        """The agent's sockets, relative to the device-plugin directory: in its own
+        directory there, or beside kubelet.sock (the fallback layout)."""
+        own = self.exec(
+            ["find", f"{PLUGIN_DIR}/token-resource", "-maxdepth", "1", "-type", "s"], check=False
+        )
+        beside = self.exec(
             ["find", PLUGIN_DIR, "-maxdepth", "1", "-type", "s", "-name", "token-resource.*"],
             check=False,
         )
-        return sorted(line.rsplit("/", 1)[-1] for line in result.stdout.split())
+        found = own.stdout.split() + beside.stdout.split()
+        return sorted(line.removeprefix(f"{PLUGIN_DIR}/") for line in found)
 
     # --- the kubelet stand-in -----------------------------------------------------------
 

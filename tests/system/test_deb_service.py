@@ -115,7 +115,7 @@ def test_unit_enabled_active_and_kubelet_sees_every_resource(node: AgentNode) ->
     assert node.systemctl("is-active", UNIT).stdout.strip() == "active"
     view = node.wait_for_counts(SHIPPED)
     for name, resource in view["resources"].items():
-        assert resource["endpoint"] == f"token-resource.{name.replace('/', '_')}.sock"
+        assert resource["endpoint"] == f"token-resource/{name.replace('/', '_')}.sock"
     assert not view["rejected"], view["rejected"]
 
 
@@ -270,7 +270,7 @@ def test_kubelet_restart_is_followed_by_registration(node: AgentNode) -> None:
     node.systemctl("reload", "kubelet.service")
     node.wait_for_counts(SHIPPED, min_generation=before["generation"] + 1)
     assert set(node.agent_sockets()) == {
-        f"token-resource.{name.replace('/', '_')}.sock" for name in SHIPPED
+        f"token-resource/{name.replace('/', '_')}.sock" for name in SHIPPED
     }
     # A new kubelet process (its state file starts empty).
     node.systemctl("stop", "kubelet.service")

@@ -7,17 +7,22 @@ in a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 REQUEST_TIMEOUT = 10.0
 UNPROCESSABLE = 422  # among others, a JSON patch whose "test" op failed
 JSON_PATCH = "application/json-patch+json"
+JSON = "application/json"
+_T = TypeVar("_T")
+_Client = TypeVar("_Client", bound="ApiClient")
 
 
 class KubeError(Exception):
@@ -40,11 +45,27 @@ class Credentials:
 
 
 class ApiClient:
-    """Requests to one API server with one set of credentials; JSON in, JSON out."""
+    """Requests to one API server with one set of credentials; JSON in, JSON out.
+
+    Requests in a row share one connection (HTTP/1.1 keep-alive: one TLS handshake for a sync
+    of many slices); :meth:`close` ends it, as does any failure.
+    """
 
     def __init__(self, credentials: Credentials, timeout: float = REQUEST_TIMEOUT) -> None:
         self._credentials = credentials
         self._timeout = timeout
+        self._connection: http.client.HTTPSConnection | None = None
+
+    def __enter__(self: _Client) -> _Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def get(self, path: str) -> dict[str, Any]:
         return self._request("GET", path)
@@ -54,38 +75,132 @@ class ApiClient:
         body = json.dumps(list(operations)).encode()
         return self._request("PATCH", path, body=body, content_type=JSON_PATCH)
 
+    def create(self, path: str, item: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``item`` to the collection at ``path``."""
+        return self._request("POST", path, body=json.dumps(item).encode(), content_type=JSON)
+
+    def replace(self, path: str, item: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT ``item`` (with its metadata.resourceVersion: 409 if it changed meanwhile)."""
+        return self._request("PUT", path, body=json.dumps(item).encode(), content_type=JSON)
+
+    def delete(self, path: str) -> dict[str, Any]:
+        return self._request("DELETE", path)
+
+    def watch(self, path: str, timeout: float) -> Watch:
+        """A watch of the collection at ``path`` (with its query): its events, as the API
+        server sends them, until it ends the watch or :meth:`Watch.close` is called."""
+        connection = self._connect(timeout)
+        return Watch(connection, self._send(connection, "GET", path), self._credentials.server)
+
     def _request(
         self, method: str, path: str, body: bytes | None = None, content_type: str | None = None
     ) -> dict[str, Any]:
-        url = urlsplit(self._credentials.server)
-        headers = {"Accept": "application/json", "User-Agent": "token-resource"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        if self._credentials.token:
-            headers["Authorization"] = f"Bearer {self._credentials.token}"
-        connection = http.client.HTTPSConnection(
-            url.hostname or "",
-            url.port or 443,
-            timeout=self._timeout,
-            context=self._credentials.tls,
-        )
+        if self._connection is None:
+            self._connection = self._connect(self._timeout)
         try:
-            connection.request(method, url.path.rstrip("/") + path, body=body, headers=headers)
-            response = connection.getresponse()
-            data = response.read()
-        except ssl.SSLError as error:
-            raise KubeError(f"TLS with {self._credentials.server} failed: {error}") from None
-        except OSError as error:
-            raise KubeError(f"API server {self._credentials.server} unreachable: {error}") from None
-        finally:
-            connection.close()
-        if response.status >= 300:
-            raise ApiError(response.status, response.reason, _status_message(data))
+            response = self._send(self._connection, method, path, body, content_type)
+            data = self._read(response.read)
+            if response.will_close:
+                self.close()
+        except BaseException:
+            self.close()
+            raise
         try:
             answer: dict[str, Any] = json.loads(data)
         except ValueError:
             raise KubeError(f"API server answered {method} {path} with no JSON") from None
         return answer
+
+    def _connect(self, timeout: float) -> http.client.HTTPSConnection:
+        url = urlsplit(self._credentials.server)
+        return http.client.HTTPSConnection(
+            url.hostname or "", url.port or 443, timeout=timeout, context=self._credentials.tls
+        )
+
+    def _send(
+        self,
+        connection: http.client.HTTPSConnection,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        content_type: str | None = None,
+    ) -> http.client.HTTPResponse:
+        """The response to the request, once its status says success; ApiError otherwise."""
+        headers = {"Accept": "application/json", "User-Agent": "token-resource"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        if self._credentials.token:
+            headers["Authorization"] = f"Bearer {self._credentials.token}"
+        prefix = urlsplit(self._credentials.server).path.rstrip("/")
+        response = self._read(lambda: _begin(connection, method, prefix + path, body, headers))
+        if response.status >= 300:
+            message = _status_message(self._read(response.read))
+            connection.close()
+            raise ApiError(response.status, response.reason, message)
+        return response
+
+    def _read(self, call: Callable[[], _T]) -> _T:
+        """``call``, with the transport's failures as KubeError naming the server."""
+        server = self._credentials.server
+        try:
+            return call()
+        except ssl.SSLError as error:
+            raise KubeError(f"TLS with {server} failed: {error}") from None
+        except OSError as error:
+            raise KubeError(f"API server {server} unreachable: {error}") from None
+
+
+def _begin(
+    connection: http.client.HTTPSConnection,
+    method: str,
+    target: str,
+    body: bytes | None,
+    headers: Mapping[str, str],
+) -> http.client.HTTPResponse:
+    connection.request(method, target, body=body, headers=dict(headers))
+    return connection.getresponse()
+
+
+class Watch:
+    """One watch's events (newline-separated JSON, ``{"type": ..., "object": ...}``).
+
+    Blocking, for a worker thread; :meth:`close` from another thread ends :meth:`events`.
+    """
+
+    def __init__(
+        self,
+        connection: http.client.HTTPSConnection,
+        response: http.client.HTTPResponse,
+        server: str,
+    ) -> None:
+        self._connection = connection
+        self._response = response
+        self._server = server
+        self._closed = False
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        try:
+            while True:
+                line = self._response.readline()
+                if not line:
+                    return  # the API server ended the watch (its timeout)
+                if line.strip():
+                    event: dict[str, Any] = json.loads(line)
+                    yield event
+        except (OSError, ValueError, http.client.HTTPException) as error:
+            if self._closed:
+                return
+            raise KubeError(f"watch on {self._server} broke off: {error}") from None
+        finally:
+            self._connection.close()
+
+    def close(self) -> None:
+        """End the watch from another thread: its blocked read returns."""
+        self._closed = True
+        sock = self._connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 def _status_message(data: bytes) -> str:

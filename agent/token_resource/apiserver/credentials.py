@@ -20,6 +20,9 @@ from token_resource.apiserver.client import Credentials, KubeError
 from token_resource.config.model import KubernetesSettings
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# In a pod the host name is the pod's: the manifest passes the Node's name in this variable
+# (the downward API's spec.nodeName).
+NODE_NAME_VARIABLE = "NODE_NAME"
 
 
 def default_node_name() -> str:
@@ -27,8 +30,13 @@ def default_node_name() -> str:
     return socket.gethostname().lower()
 
 
-def node_name(settings: KubernetesSettings) -> str:
-    return settings.node_name or default_node_name()
+def node_name(settings: KubernetesSettings, environ: Mapping[str, str] = os.environ) -> str:
+    """The configured node_name; in a pod (in_cluster), else $NODE_NAME; else the host name."""
+    if settings.node_name:
+        return settings.node_name
+    if settings.in_cluster and environ.get(NODE_NAME_VARIABLE):
+        return environ[NODE_NAME_VARIABLE]
+    return default_node_name()
 
 
 def load_credentials(settings: KubernetesSettings) -> Credentials:

@@ -13,23 +13,16 @@ must not take tokens away from a node.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from token_resource.apiserver.client import KubeError
 from token_resource.apiserver.credentials import load_credentials, node_name
+from token_resource.apiserver.keeper import Keeper
 from token_resource.apiserver.node import NodeClient, Ownership, capacity_path, quantity_value
 from token_resource.config.model import KubernetesSettings
 
 log = logging.getLogger(__name__)
-
-FIRST_RETRY_DELAY = 1.0
-MAX_RETRY_DELAY = 60.0
-
-PENDING, ACCEPTED, FAILING = "pending", "accepted", "failing"
 
 
 @dataclass(frozen=True)
@@ -40,15 +33,12 @@ class NodeStatusState:
     reason: str | None = None
 
 
-class NodeStatusAdvertiser:
+_Wanted = tuple[KubernetesSettings, Mapping[str, int]]
+
+
+class NodeStatusAdvertiser(Keeper[_Wanted]):
     def __init__(self, settings: KubernetesSettings, on_change: Callable[[], None]) -> None:
-        self._settings = settings
-        self._on_change = on_change
-        self._desired: dict[str, int] = {}
-        self._state = PENDING
-        self._reason: str | None = None
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__("node status", (settings, {}), on_change)
 
     def apply(self, settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
         """Make the Node hold ``desired``, and remove the agent's other resources from it.
@@ -56,56 +46,19 @@ class NodeStatusAdvertiser:
         The first call syncs even with nothing desired: the Node may list resources taken
         out of the configuration while the agent was stopped.
         """
-        if self._task is not None and (settings, desired) == (self._settings, self._desired):
-            return
-        self._settings, self._desired = settings, dict(desired)
-        self._state, self._reason = PENDING, None
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._keep_true())
-        self._wake.set()
+        self.want((settings, dict(desired)))
 
-    def state(self) -> NodeStatusState:
-        return NodeStatusState(
-            node_name(self._settings), dict(self._desired), self._state, self._reason
-        )
+    def state_of_node(self) -> NodeStatusState:
+        settings, desired = self.wanted
+        return NodeStatusState(node_name(settings), dict(desired), self.state, self.reason)
 
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+    def _sync(self, wanted: _Wanted) -> None:
+        sync_node(*wanted)
 
-    async def _keep_true(self) -> None:
-        delay = FIRST_RETRY_DELAY
-        while True:
-            self._wake.clear()
-            # A snapshot: apply() may change the advertiser's own copies meanwhile.
-            settings, desired = self._settings, dict(self._desired)
-            wait: float | None
-            try:
-                await asyncio.to_thread(sync_node, settings, desired)
-            except KubeError as error:
-                self._failed(str(error), delay)
-                wait, delay = delay, min(delay * 2, MAX_RETRY_DELAY)
-            else:
-                self._succeeded()
-                delay = FIRST_RETRY_DELAY
-                # With nothing desired, the Node lists nothing of the agent's any more.
-                wait = settings.resync_seconds if desired else None
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
-
-    def _failed(self, reason: str, retry_in: float) -> None:
-        if (self._state, self._reason) != (FAILING, reason):
-            log.warning("node status not applied, retrying in %g s and later: %s", retry_in, reason)
-        self._state, self._reason = FAILING, reason
-        self._on_change()
-
-    def _succeeded(self) -> None:
-        if self._state != ACCEPTED:
-            self._state, self._reason = ACCEPTED, None
-            self._on_change()
+    async def _quiet(self, wanted: _Wanted) -> None:
+        settings, desired = wanted
+        # With nothing desired, the Node lists nothing of the agent's any more.
+        await self._wait_for_wake(settings.resync_seconds if desired else None)
 
 
 def sync_node(settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
@@ -115,8 +68,11 @@ def sync_node(settings: KubernetesSettings, desired: Mapping[str, int]) -> None:
     Up to three writes, in the order that never leaves the agent's capacity unlisted (see
     kube.Ownership): list the new names, patch the capacity, drop the names of what is gone.
     """
-    node = node_name(settings)
-    client = NodeClient(load_credentials(settings))
+    with NodeClient(load_credentials(settings)) as client:
+        _sync_node(client, node_name(settings), desired)
+
+
+def _sync_node(client: NodeClient, node: str, desired: Mapping[str, int]) -> None:
     current = client.get_node(node)
     ownership = Ownership.of(current)
     wanted = frozenset(desired)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from token_resource import __version__
-from token_resource.cli import check, node_status, run, running
+from token_resource.cli import check, device_classes, node_status, run, running
 from token_resource.cli.common import EXIT_USAGE
 from token_resource.config.model import DEFAULT_CONFIG_PATH
 from token_resource.host import logs
@@ -30,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reload": running.reload,
         "status": running.status,
         "node-status": node_status.node_status,
+        "device-classes": device_classes.device_classes,
     }
     return handlers[args.command](args)
 
@@ -81,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument(
                 "--json", action="store_true", help="the same as JSON, for scripts and Ansible"
             )
+
+    classes = commands.add_parser(
+        "device-classes",
+        help="print the DeviceClass of each DRA resource, for kubectl apply -f -",
+    )
+    classes.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help=config_help)
 
     node = commands.add_parser(
         "node-status",

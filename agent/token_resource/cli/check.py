@@ -6,18 +6,21 @@ import argparse
 import json
 
 from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR, node_name
+from token_resource.apiserver.slices import pool_name
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, socket_errors
 from token_resource.config.load import validate_config
 from token_resource.config.model import (
     DEFAULT_POD_RESOURCES_SOCKET,
     DEVICE_PLUGIN,
+    DRA,
+    MODES_WITH_ENV,
     Config,
     KubernetesSettings,
     ResourceSpec,
     format_listen,
 )
 from token_resource.host import logs
-from token_resource.kubelet.sockets import socket_name
+from token_resource.kubelet.sockets import SocketLayout
 
 
 def check(args: argparse.Namespace) -> int:
@@ -35,7 +38,13 @@ def check(args: argparse.Namespace) -> int:
     print(f"{args.config}: valid ({files})")
     print(f"device-plugin directory: {config.agent.device_plugin_dir}")
     if config.uses_api_server:
-        print(f"node status: {_api_access(config.kubernetes)}")
+        print(f"API server: {_api_access(config.kubernetes)}")
+    if config.advertised_by(DRA).resources:
+        dra = config.dra
+        print(
+            f"DRA driver {dra.driver}: registration socket {dra.registration_socket}, "
+            f"service socket {dra.service_socket}, CDI specs in {dra.cdi_dir}"
+        )
     if config.agent.pod_resources_socket != DEFAULT_POD_RESOURCES_SOCKET:
         print(f"PodResources socket (who holds the tokens): {config.agent.pod_resources_socket}")
     metrics = config.metrics
@@ -51,7 +60,7 @@ def check(args: argparse.Namespace) -> int:
         print(f"  {spec.name}: {_becomes(spec, config)}")
         keys = (
             ("count", "env", "advertise")
-            if spec.advertise == DEVICE_PLUGIN
+            if spec.advertise in MODES_WITH_ENV
             else ("count", "advertise")
         )
         for key in keys:
@@ -64,11 +73,18 @@ def check(args: argparse.Namespace) -> int:
 
 
 def _becomes(spec: ResourceSpec, config: Config) -> str:
-    """What the resource really is, for the node: a device plugin or a Node status entry."""
+    """What the resource really is, for the node: a device plugin, a DRA pool or a Node status
+    entry."""
     if spec.advertise == DEVICE_PLUGIN:
-        endpoint = socket_name(spec.name, config.agent.device_plugin_dir)
+        endpoint = SocketLayout(config.agent.device_plugin_dir).endpoint(spec.name)
         return f"device plugin: {spec.count} token(s) on socket {endpoint}, IDs in ${spec.env}"
     node = node_name(config.kubernetes)
+    if spec.advertise == DRA:
+        pool = pool_name(node, spec.name)
+        return (
+            f"DRA: {spec.count} token(s) as the devices of pool {pool} (driver "
+            f"{config.dra.driver}), IDs in ${spec.env} through CDI"
+        )
     return f"node status: capacity {spec.count} on Node {node} (no socket, no environment variable)"
 
 

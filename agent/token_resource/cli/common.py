@@ -8,7 +8,7 @@ from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_config
 from token_resource.config.model import DEVICE_PLUGIN, Config
 from token_resource.host import logs
-from token_resource.kubelet.sockets import SocketPathError, socket_name
+from token_resource.kubelet.sockets import SocketLayout, SocketPathError
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # invalid configuration, rejected reload, agent unreachable, directory taken
@@ -27,9 +27,14 @@ def load_servable(path: Path) -> Config:
 def socket_errors(config: Config, path: Path) -> list[ConfigError]:
     """A device-plugin resource whose socket path would be too long, each."""
     errors = []
+    layouts = [
+        SocketLayout(config.agent.device_plugin_dir, subdirectory=subdirectory)
+        for subdirectory in (True, False)
+    ]
     for name in config.advertised_by(DEVICE_PLUGIN).resources:
         try:
-            socket_name(name, config.agent.device_plugin_dir)
+            for layout in layouts:
+                layout.endpoint(name)
         except SocketPathError as error:
             errors.append(ConfigError(str(error), file=path, key="agent.device_plugin_dir"))
     return errors

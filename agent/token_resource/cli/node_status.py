@@ -46,15 +46,16 @@ def node_status(args: argparse.Namespace) -> int:
     else:
         operations = []
     try:
-        client = NodeClient(load_credentials(settings))
-        if operations:
-            client.patch_node_status(node, operations)
-        current = client.get_node(node)
-        ownership = Ownership.of(current)
-        if args.action == "remove" and ownership.names & set(args.names):
-            # After the capacity, as the agent does: a name is never unlisted while it counts.
-            current = client.list_as_owned(node, ownership, ownership.names - set(args.names))
+        with NodeClient(load_credentials(settings)) as client:
+            if operations:
+                client.patch_node_status(node, operations)
+            current = client.get_node(node)
             ownership = Ownership.of(current)
+            if args.action == "remove" and ownership.names & set(args.names):
+                # After the capacity, as the agent does: a name is never unlisted while it
+                # counts.
+                current = client.list_as_owned(node, ownership, ownership.names - set(args.names))
+                ownership = Ownership.of(current)
     except KubeError as error:
         logs.print_error(f"token-resource node-status: node {node}: {error}")
         return EXIT_FAILED

@@ -22,8 +22,13 @@ from token_resource.config.errors import (
 )
 from token_resource.config.model import (
     DEVICE_PLUGIN,
+    DEVICES_PER_SLICE,
+    DRA,
+    MAX_DRA_COUNT,
+    MODES_WITH_ENV,
     AgentSettings,
     Config,
+    DraSettings,
     KubernetesSettings,
     MetricsSettings,
     ResourceSpec,
@@ -97,6 +102,7 @@ def load_reload(
     main: Path,
     running: AgentSettings,
     running_metrics: MetricsSettings = MetricsSettings(),  # noqa: B008 (frozen)
+    running_dra: DraSettings = DraSettings(),  # noqa: B008 (frozen)
 ) -> Config:
     """What a reload of the files would apply to an agent running with these settings.
 
@@ -108,6 +114,10 @@ def load_reload(
         ("agent.device_plugin_dir", running.device_plugin_dir, config.agent.device_plugin_dir),
         ("metrics.textfile", running_metrics.textfile, config.metrics.textfile),
         ("metrics.listen", running_metrics.listen, config.metrics.listen),
+        *(
+            (f"dra.{key}", getattr(running_dra, key), getattr(config.dra, key))
+            for key in ("driver", "plugins_registry_dir", "plugins_dir", "cdi_dir")
+        ),
     )
     for key, before, after in restart_only:
         if before != after:
@@ -143,6 +153,7 @@ def _validate(
     agent: dict[str, Any] = {}
     kubernetes: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
+    dra: dict[str, Any] = {}
     # Per resource, each key a file set: (value, that file); and the last file to mention it.
     settings: dict[str, dict[str, tuple[Any, Path]]] = {}
     sources: dict[str, Path] = {}
@@ -153,6 +164,7 @@ def _validate(
         agent.update(document.agent)
         kubernetes.update(document.kubernetes)
         metrics.update(document.metrics)
+        dra.update(document.dra)
         for name, keys in document.resources.items():
             if keys is None:
                 if settings.pop(name, None) is not None:
@@ -184,6 +196,7 @@ def _validate(
         files=tuple(path for path, _ in documents),
         kubernetes=KubernetesSettings(**kubernetes),
         metrics=MetricsSettings(**metrics),
+        dra=DraSettings(**dra),
         removed=removed,
         kubernetes_table=kubernetes_table,
     )
@@ -243,14 +256,24 @@ def _build_resource(
         reason = "count is required: no file sets it for this resource"
         raise located(Invalid(key_path, reason), source, texts[source])
     advertise = settings["advertise"][0] if "advertise" in settings else DEVICE_PLUGIN
-    if "env" in settings and advertise != DEVICE_PLUGIN:
+    if "env" in settings and advertise not in MODES_WITH_ENV:
         env_file = origins["env"]
         reason = (
-            "env only applies to device-plugin resources: node-status resources allocate no IDs"
+            "env only applies to device-plugin and DRA resources: node-status resources "
+            "allocate no IDs"
         )
         raise located(Invalid((*key_path, "env"), reason), env_file, texts[env_file])
+    count = settings["count"][0]
+    if advertise == DRA and count > MAX_DRA_COUNT:
+        count_file = origins["count"]
+        reason = (
+            f"a DRA resource has at most {MAX_DRA_COUNT} tokens (each node publishes them as "
+            f"ResourceSlices of {DEVICES_PER_SLICE} devices: {MAX_DRA_COUNT} make "
+            f"{MAX_DRA_COUNT // DEVICES_PER_SLICE}), got {count}"
+        )
+        raise located(Invalid((*key_path, "count"), reason), count_file, texts[count_file])
     env = settings["env"][0] if "env" in settings else default_env_name(name)
-    return ResourceSpec(name, settings["count"][0], env, source, advertise, origins)
+    return ResourceSpec(name, count, env, source, advertise, origins)
 
 
 def _env_collisions(
@@ -261,7 +284,7 @@ def _env_collisions(
     users: dict[str, ResourceSpec] = {}
     for name in sorted(resources):
         spec = resources[name]
-        if spec.advertise != DEVICE_PLUGIN:
+        if spec.advertise not in MODES_WITH_ENV:
             continue
         other = users.setdefault(spec.env, spec)
         if other is not spec:

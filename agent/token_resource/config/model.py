@@ -15,10 +15,21 @@ DEFAULT_KUBECONFIG = Path("/etc/kubernetes/kubelet.conf")
 DEFAULT_RESYNC_SECONDS = 30.0
 MIN_RESYNC_SECONDS, MAX_RESYNC_SECONDS = 1.0, 3600.0
 # How a resource reaches the scheduler.
-DEVICE_PLUGIN, NODE_STATUS = "device-plugin", "node-status"
-ADVERTISE_MODES = (DEVICE_PLUGIN, NODE_STATUS)
+DEVICE_PLUGIN, NODE_STATUS, DRA = "device-plugin", "node-status", "dra"
+ADVERTISE_MODES = (DEVICE_PLUGIN, NODE_STATUS, DRA)
+# Those that name the tokens to the container, in an environment variable.
+MODES_WITH_ENV = (DEVICE_PLUGIN, DRA)
+# DRA: the kubelet's directories, and where container runtimes read CDI specs.
+DEFAULT_DRIVER = "token-resource"
+DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+DEFAULT_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+DEFAULT_CDI_DIR = Path("/var/run/cdi")
 # A ListAndWatch list of 100k "token-N" devices is ~2.5 MB, under the kubelet's 4 MiB gRPC limit.
 MAX_COUNT = 100_000
+# A ResourceSlice holds at most 128 devices; a DRA resource of this many tokens is 32 slices on
+# every node: cluster-wide API objects, kept far below what the device-plugin form allows.
+DEVICES_PER_SLICE = 128
+MAX_DRA_COUNT = 4096
 
 
 @dataclass(frozen=True)
@@ -26,7 +37,8 @@ class ResourceSpec:
     """One extended resource: `count` devices named to pods through the `env` variable.
 
     ``advertise`` says how the scheduler learns the count: through a device plugin (the
-    kubelet), or by patching the Node's status on the API server (``env`` is then unused).
+    kubelet), through DRA (ResourceSlices on the API server; the kubelet prepares the claims),
+    or by patching the Node's status on the API server (``env`` is then unused).
     ``source`` is the last file that set any of its keys, ``origins`` the file of each key that
     a file set (the others are defaults). Where a setting was written changes nothing the
     kubelet or a pod can see, so neither takes part in comparisons.
@@ -52,6 +64,34 @@ class AgentSettings:
 
 
 @dataclass(frozen=True)
+class DraSettings:
+    """Dynamic Resource Allocation: how the agent appears to the kubelet as a DRA driver."""
+
+    # The driver's name in ResourceSlices, DeviceClass selectors and CDI device names.
+    driver: str = DEFAULT_DRIVER
+    # Where the kubelet's plugin watcher looks for registration sockets.
+    plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
+    # <plugins_dir>/<driver>/ holds the DRA service socket and the prepared claims.
+    plugins_dir: Path = DEFAULT_PLUGINS_DIR
+    # Where the container runtime reads CDI specs (the container's environment).
+    cdi_dir: Path = DEFAULT_CDI_DIR
+
+    @property
+    def driver_dir(self) -> Path:
+        return self.plugins_dir / self.driver
+
+    @property
+    def service_socket(self) -> Path:
+        """The DRA service socket, the endpoint the registration names."""
+        return self.driver_dir / "dra.sock"
+
+    @property
+    def registration_socket(self) -> Path:
+        """Where the kubelet's plugin watcher finds the driver."""
+        return self.plugins_registry_dir / f"{self.driver}-reg.sock"
+
+
+@dataclass(frozen=True)
 class MetricsSettings:
     """Where the Prometheus metrics go; neither by default, so no port opens unasked."""
 
@@ -67,12 +107,13 @@ class MetricsSettings:
 
 @dataclass(frozen=True)
 class KubernetesSettings:
-    """API server access for node-status resources."""
+    """API server access, for node-status and DRA resources."""
 
     kubeconfig: Path = DEFAULT_KUBECONFIG
     # The pod's service-account credentials instead of a kubeconfig.
     in_cluster: bool = False
-    # None: the host name, lower-cased, as the kubelet names its Node.
+    # None: $NODE_NAME in a pod (in_cluster), else the host name, lower-cased, as the kubelet
+    # names its Node.
     node_name: str | None = None
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
 
@@ -84,6 +125,7 @@ class Config:
     files: tuple[Path, ...]
     kubernetes: KubernetesSettings = KubernetesSettings()
     metrics: MetricsSettings = MetricsSettings()
+    dra: DraSettings = DraSettings()
     # Resources an earlier file defined and a later one took away with `remove = true`.
     removed: Mapping[str, Path] = field(default_factory=dict)
     # Whether any file has a [kubernetes] table (even an empty one).
@@ -97,9 +139,16 @@ class Config:
 
     @property
     def uses_api_server(self) -> bool:
-        """Whether the agent talks to the API server: for a node-status resource, or, given a
-        [kubernetes] table, to remove the node-status resources its Node still lists after the
-        last of them left the files while the agent was stopped."""
+        """Whether the agent talks to the API server: for a node-status or DRA resource, or,
+        given a [kubernetes] table, to remove the node-status resources its Node still lists
+        after the last of them left the files while the agent was stopped."""
+        modes = {spec.advertise for spec in self.resources.values()}
+        return self.kubernetes_table or bool(modes & {NODE_STATUS, DRA})
+
+    @property
+    def manages_node_status(self) -> bool:
+        """Whether the agent keeps Node-status resources: there are some, or a [kubernetes]
+        table lets it remove the ones its Node still lists from before."""
         modes = {spec.advertise for spec in self.resources.values()}
         return self.kubernetes_table or NODE_STATUS in modes
 

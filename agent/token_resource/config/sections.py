@@ -18,6 +18,7 @@ from token_resource.config.errors import ConfigError, Invalid, describe_value, l
 from token_resource.config.model import (
     ADVERTISE_MODES,
     DEVICE_PLUGIN,
+    DRA,
     MAX_COUNT,
     MAX_RESYNC_SECONDS,
     MIN_RESYNC_SECONDS,
@@ -26,13 +27,16 @@ from token_resource.config.model import (
 from token_resource.config.names import DNS_SUBDOMAIN, resource_name_problem
 
 # Allowed keys per section: a new setting starts here.
-TOP_LEVEL_KEYS = frozenset({"agent", "resources", "kubernetes", "metrics"})
+TOP_LEVEL_KEYS = frozenset({"agent", "resources", "kubernetes", "metrics", "dra"})
 AGENT_KEYS = frozenset({"device_plugin_dir", "pod_resources_socket"})
 RESOURCE_KEYS = frozenset({"count", "env", "advertise"})
 # In a resource's table, alone: takes away what earlier files defined.
 REMOVE_KEY = "remove"
 KUBERNETES_KEYS = frozenset({"kubeconfig", "in_cluster", "node_name", "resync_seconds"})
 METRICS_KEYS = frozenset({"textfile", "listen"})
+DRA_KEYS = frozenset({"driver", "plugins_registry_dir", "plugins_dir", "cdi_dir"})
+# A ResourceSlice's spec.driver: a DNS subdomain of at most 63 characters.
+_MAX_DRIVER_LENGTH = 63
 # node_exporter's textfile collector reads only files with this suffix.
 TEXTFILE_SUFFIX = ".prom"
 _MAX_PORT = 65535
@@ -46,6 +50,7 @@ class Document:
     agent: Mapping[str, Any]
     kubernetes: Mapping[str, Any]
     metrics: Mapping[str, Any]
+    dra: Mapping[str, Any]
     # The keys each resource's definition sets, or None for `remove = true`.
     resources: Mapping[str, Mapping[str, Any] | None]
     defined: bool  # whether the document has any table or key at all
@@ -70,6 +75,7 @@ def parse_document(path: Path, text: str, errors: list[ConfigError]) -> Document
         ("agent", _parse_agent),
         ("kubernetes", _parse_kubernetes),
         ("metrics", _parse_metrics),
+        ("dra", _parse_dra),
     )
     for name, parse in sections_parsed:
         try:
@@ -91,6 +97,7 @@ def parse_document(path: Path, text: str, errors: list[ConfigError]) -> Document
         agent=sections["agent"],
         kubernetes=sections["kubernetes"],
         metrics=sections["metrics"],
+        dra=sections["dra"],
         resources=resources,
         defined=bool(table),
         kubernetes_table="kubernetes" in table,
@@ -174,6 +181,30 @@ def _parse_listen(value: object) -> tuple[str, int]:
     return str(address), int(port)
 
 
+def _parse_dra(table: Mapping[str, Any]) -> dict[str, Any]:
+    _check_keys(table, DRA_KEYS, ("dra",))
+    settings: dict[str, Any] = {
+        key: _parse_absolute_path(table[key], ("dra", key))
+        for key in ("plugins_registry_dir", "plugins_dir", "cdi_dir")
+        if key in table
+    }
+    if "driver" in table:
+        driver = table["driver"]
+        if (
+            not isinstance(driver, str)
+            or len(driver) > _MAX_DRIVER_LENGTH
+            or not DNS_SUBDOMAIN.fullmatch(driver)
+        ):
+            raise Invalid(
+                ("dra", "driver"),
+                f"driver must be a DRA driver name (a lowercase DNS subdomain of at most "
+                f"{_MAX_DRIVER_LENGTH} characters, e.g. tokens.example.com), "
+                f"got {describe_value(driver)}",
+            )
+        settings["driver"] = driver
+    return settings
+
+
 def _parse_kubernetes(table: Mapping[str, Any]) -> dict[str, Any]:
     _check_keys(table, KUBERNETES_KEYS, ("kubernetes",))
     settings: dict[str, Any] = {}
@@ -247,7 +278,7 @@ def _parse_resource(name: str, value: object) -> Mapping[str, Any] | None:
         if value["advertise"] not in ADVERTISE_MODES:
             raise Invalid(
                 (*key_path, "advertise"),
-                f'advertise must be "{DEVICE_PLUGIN}" or "{NODE_STATUS}", '
+                f'advertise must be "{DEVICE_PLUGIN}", "{NODE_STATUS}" or "{DRA}", '
                 f"got {describe_value(value['advertise'])}",
             )
         keys["advertise"] = value["advertise"]

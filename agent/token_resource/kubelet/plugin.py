@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from pathlib import Path
 
 import grpc
 import grpc.aio
 
 from token_resource.config.model import ResourceSpec
 from token_resource.kubelet.servicer import TokenServicer
-from token_resource.kubelet.sockets import socket_name
+from token_resource.kubelet.sockets import SUBDIRECTORY_MODE, SocketLayout
 from token_resource.kubelet.tokens import TokenPool
 from token_resource.observe.observer import Observer
 from token_resource.protocol.deviceplugin import MAX_MESSAGE_BYTES, device_plugin_handler
@@ -26,21 +25,25 @@ _SERVER_OPTIONS = [
 
 
 class PluginServer:
-    """The gRPC server of one resource on ``<directory>/<socket name>``.
+    """The gRPC server of one resource on its socket in ``layout``.
 
-    The kubelet deletes every socket when it restarts, which leaves a running server
-    unreachable: :meth:`serve` then replaces it on a fresh socket. The old server always stops
-    before the new one binds, so that gRPC's unlink of a stopped server's path can never remove
-    the new socket, and the kubelet never sees two servers for one resource.
+    A socket that is lost (the kubelet deletes top-level sockets when it restarts; someone may
+    delete the agent's directory) leaves a running server unreachable: :meth:`serve` then
+    replaces it on a fresh socket. The old server always stops before the new one binds, so
+    that gRPC's unlink of a stopped server's path can never remove the new socket, and the
+    kubelet never sees two servers for one resource.
     """
 
-    def __init__(self, spec: ResourceSpec, directory: Path, observer: Observer) -> None:
+    def __init__(self, spec: ResourceSpec, layout: SocketLayout, observer: Observer) -> None:
         self.spec = spec
         self._observer = observer
         self.pool = TokenPool(spec.count)
-        self.endpoint = socket_name(spec.name, directory)
-        self.path = directory / self.endpoint
+        self.layout = layout
+        self.endpoint = layout.endpoint(spec.name)
+        self.path = layout.device_plugin_dir / self.endpoint
         self.log = logging.getLogger(f"{__name__}.{spec.name}")
+        # Set (and replaced) whenever the kubelet opens a ListAndWatch stream.
+        self._stream_opened = asyncio.Event()
         self._server: grpc.aio.Server | None = None
         self._servicer: TokenServicer | None = None
         self._inode: int | None = None
@@ -75,6 +78,14 @@ class PluginServer:
             if not self.socket_intact():
                 await self._serve()
 
+    def next_stream(self) -> asyncio.Event:
+        """An event set when the kubelet next opens a ListAndWatch stream on this server."""
+        return self._stream_opened
+
+    def _opened_stream(self) -> None:
+        opened, self._stream_opened = self._stream_opened, asyncio.Event()
+        opened.set()
+
     async def settled(self) -> None:
         """Return once no serve or stop is in progress."""
         async with self._lifecycle:
@@ -82,9 +93,13 @@ class PluginServer:
 
     async def _serve(self) -> None:
         await self._stop_server()
-        servicer = TokenServicer(self.pool, lambda: self.spec, self.log, self._observer)
+        servicer = TokenServicer(
+            self.pool, lambda: self.spec, self.log, self._observer, self._opened_stream
+        )
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         server.add_generic_rpc_handlers((device_plugin_handler(servicer),))
+        # The agent's directory may have been deleted with the socket in it.
+        self.path.parent.mkdir(mode=SUBDIRECTORY_MODE, exist_ok=True)
         # gRPC unlinks whatever socket file is in the way before it binds.
         server.add_insecure_port(f"unix:{self.path}")
         await server.start()

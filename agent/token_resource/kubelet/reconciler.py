@@ -2,7 +2,9 @@
 
 The only place that starts, changes or stops plugin servers. It is driven by the agent with
 the desired resources (at start and on reload), diffed against what actually runs, and with
-what happens to the kubelet's socket directory.
+what happens in the kubelet's socket directory. A kubelet restart costs a Register per
+resource and nothing more: the sockets live in the agent's own directory, which the kubelet
+leaves alone (``sockets``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,11 @@ from typing import Callable
 
 from token_resource.config.diff import diff_resources
 from token_resource.config.model import ResourceSpec
+from token_resource.host.fswatch import FileEvent
+from token_resource.kubelet.connection import KubeletConnection
 from token_resource.kubelet.plugin import PluginServer
-from token_resource.kubelet.registration import RegistrationError, register
+from token_resource.kubelet.registration import RegistrationError
+from token_resource.kubelet.sockets import SUBDIRECTORY, SUBDIRECTORY_MODE, SocketLayout
 from token_resource.observe.observer import NullObserver, Observer
 from token_resource.protocol.deviceplugin import KUBELET_SOCKET
 
@@ -29,8 +33,11 @@ log = logging.getLogger(__name__)
 # then back off so that a broken kubelet is not hammered.
 FIRST_RETRY_DELAY = 0.05
 MAX_RETRY_DELAY = 5.0
+# After a Register the kubelet answered, how long to wait for its ListAndWatch: a kubelet that
+# answers first and dials later (1.24-era) and cannot reach the socket never opens one.
+DIAL_BACK_SECONDS = 10.0
 # grpcio up to 1.80 closes a channel by walking the stack of every task. With 1.46 (RHEL 9's)
-# the frames it leaves refer to each other and to the finished Register call, whose connection
+# the frames it leaves refer to each other and to finished Register calls, whose connection
 # to the kubelet then stays open until the cyclic garbage collector runs: in a quiet agent that
 # can take hours, a connection to a dead kubelet kept per restart. A collection this long after
 # registrations end frees them, one for a burst of registrations (a full one takes 10-30 ms).
@@ -59,25 +66,27 @@ class Reconciler:
         directory: Path,
         on_change: Callable[[], None],
         observer: Observer = NullObserver(),  # noqa: B008 (stateless)
+        watch: Callable[[Path], None] = lambda directory: None,
     ) -> None:
+        """``watch`` starts (or renews) the inotify watch of a directory whose events then
+        reach :meth:`on_file_event`."""
         self._directory = directory
+        self._watch = watch
         self._observer = observer
-        self._kubelet_socket = directory / KUBELET_SOCKET
+        self._kubelet = KubeletConnection(directory, on_change)
         self._on_change = on_change
+        self.layout = SocketLayout(directory)
         self._plugins: dict[str, _Plugin] = {}
         self._by_endpoint: dict[str, _Plugin] = {}
         self._checks: set[asyncio.Task[None]] = set()
+        self._fallback: asyncio.Task[None] | None = None
+        # Changes of the set of servers (apply, the fallback) one at a time.
+        self._changing = asyncio.Lock()
         self._collection: asyncio.TimerHandle | None = None
 
     def kubelet_present(self) -> bool:
-        return self._kubelet_inode() is not None
-
-    def _kubelet_inode(self) -> int | None:
-        try:
-            status = self._kubelet_socket.lstat()
-        except FileNotFoundError:
-            return None
-        return status.st_ino if stat.S_ISSOCK(status.st_mode) else None
+        """Whether a kubelet accepts calls on kubelet.sock (not merely a file left there)."""
+        return self._kubelet.accepting()
 
     def states(self) -> list[PluginState]:
         return [
@@ -92,6 +101,10 @@ class Reconciler:
         Unchanged resources are not touched: no new socket, no new registration. The diff is
         taken against what runs, so a resource that failed to start is tried again next time.
         """
+        async with self._changing:
+            return await self._apply(desired)
+
+    async def _apply(self, desired: Mapping[str, ResourceSpec]) -> list[str]:
         running = {name: plugin.server.spec for name, plugin in self._plugins.items()}
         diff = diff_resources(running, desired)
         for spec in diff.removed:
@@ -99,21 +112,52 @@ class Reconciler:
             log.info("%s: removed; stopped serving", spec.name)
         for _, spec in diff.changed:
             self._plugins[spec.name].server.update(spec)
+        # Created side by side: each socket's bind and listen are independent.
+        started = await asyncio.gather(
+            *(self._start(spec) for spec in diff.added), return_exceptions=True
+        )
         failures = []
-        for spec in diff.added:
-            try:
-                await self._start(spec)
-            except (OSError, RuntimeError) as error:
-                log.error("%s: cannot serve: %s", spec.name, error)
-                failures.append(f"{spec.name}: cannot serve: {error}")
+        for spec, outcome in zip(diff.added, started):
+            if isinstance(outcome, (OSError, RuntimeError)):
+                log.error("%s: cannot serve: %s", spec.name, outcome)
+                failures.append(f"{spec.name}: cannot serve: {outcome}")
+            elif isinstance(outcome, BaseException):
+                raise outcome
         self._on_change()
         return failures
+
+    def watch_directories(self) -> None:
+        """Watch the device-plugin directory (kubelet.sock) and the sockets' directory."""
+        for directory in self.directories():
+            self._watch(directory)
+
+    def directories(self) -> set[Path]:
+        return {self._directory, self.layout.directory}
+
+    def on_file_event(self, event: FileEvent) -> None:
+        """What a file event in :meth:`directories` means for the plugins."""
+        kubelet_socket = self._directory / KUBELET_SOCKET
+        gone = event.kind in ("deleted", "moved")
+        if (event.kind == "created" and event.path == kubelet_socket) or (
+            event.kind == "moved" and event.dest == kubelet_socket
+        ):
+            self.kubelet_started()
+        elif gone and event.path == kubelet_socket:
+            self.kubelet_stopped()
+        elif gone and event.path == self._directory / SUBDIRECTORY and self.layout.subdirectory:
+            self.socket_directory_removed()
+        elif (
+            gone
+            and event.path.parent == self.layout.directory
+            and self.layout.owns(event.path.name)
+        ):
+            self.socket_removed(event.path)
 
     def kubelet_started(self) -> None:
         """A new kubelet.sock: a (re)started kubelet knows no plugin yet."""
         log.info("kubelet.sock appeared: registering %d resource(s)", len(self._plugins))
         self._observer.kubelet_appeared()
-        current = self._kubelet_inode()
+        current = self._kubelet.appeared()
         for plugin in self._plugins.values():
             # One that already registered (or is registering) with this very kubelet is left
             # alone: cancelling a Register in flight and sending another registers twice.
@@ -122,26 +166,39 @@ class Reconciler:
 
     def kubelet_stopped(self) -> None:
         log.info("kubelet.sock went away: waiting for the kubelet")
+        self._kubelet.vanished()
         for plugin in self._plugins.values():
             self._cancel_registration(plugin)
             plugin.registered = False
             plugin.kubelet = None  # a new kubelet.sock may reuse the inode
         self._on_change()
 
-    def socket_removed(self, endpoint: str) -> None:
-        """One of our socket files vanished (the kubelet wipes them when it restarts)."""
-        plugin = self._by_endpoint.get(endpoint)
+    def socket_removed(self, path: Path) -> None:
+        """A file vanished where the agent's sockets are."""
+        plugin = self._by_endpoint.get(str(path.relative_to(self._directory)))
         if plugin is not None:
-            check = asyncio.ensure_future(self._check_socket(plugin))
-            self._checks.add(check)
-            check.add_done_callback(self._checks.discard)
+            self._check_soon(plugin)
+
+    def socket_directory_removed(self) -> None:
+        """The agent's own directory went, with every socket in it: serve them all again."""
+        if self.layout.subdirectory:
+            log.warning("%s was removed: serving every resource again", self.layout.directory)
+            self.layout.directory.mkdir(mode=SUBDIRECTORY_MODE, exist_ok=True)
+            self._watch(self.layout.directory)
+            for plugin in self._plugins.values():
+                self._check_soon(plugin)
+
+    def _check_soon(self, plugin: _Plugin) -> None:
+        check = asyncio.ensure_future(self._check_socket(plugin))
+        self._checks.add(check)
+        check.add_done_callback(self._checks.discard)
 
     async def _check_socket(self, plugin: _Plugin) -> None:
         # A serve in progress replaces the socket anyway: look once it is done, or the
         # deletion that serve itself causes would start yet another serve.
         await plugin.server.settled()
         if self._plugins.get(plugin.server.spec.name) is not plugin:
-            return  # removed from the configuration meanwhile
+            return  # removed from the configuration meanwhile, or replaced by the fallback
         if not plugin.server.socket_intact():
             endpoint = plugin.server.endpoint
             plugin.server.log.info("socket %s was removed: serving on a new one", endpoint)
@@ -150,14 +207,15 @@ class Reconciler:
     async def close(self) -> None:
         if self._collection is not None:
             self._collection.cancel()
-        for check in list(self._checks):
-            check.cancel()
-        await asyncio.gather(*self._checks, return_exceptions=True)
-        while self._plugins:
-            await self._stop(next(iter(self._plugins.values())))
+        tasks = [*self._checks, *([self._fallback] if self._fallback else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(self._stop(plugin) for plugin in list(self._plugins.values())))
+        await self._kubelet.close()
 
     async def _start(self, spec: ResourceSpec) -> None:
-        plugin = _Plugin(PluginServer(spec, self._directory, self._observer))
+        plugin = _Plugin(PluginServer(spec, self.layout, self._observer))
         await plugin.server.serve()
         self._plugins[spec.name] = self._by_endpoint[plugin.server.endpoint] = plugin
         log.info("%s: serving %d token(s) on %s", spec.name, spec.count, plugin.server.endpoint)
@@ -196,22 +254,65 @@ class Reconciler:
             try:
                 # Shielded: a registration cancelled mid-way must not leave a half-built server.
                 await asyncio.shield(server.ensure_serving())
-                plugin.kubelet = self._kubelet_inode()
+                plugin.kubelet = self._kubelet.inode()
                 if plugin.kubelet is None:
                     server.log.info("waiting for kubelet.sock to register")
                     return
+                client = await self._kubelet.client()
+                opened = server.next_stream()
                 try:
-                    await register(self._directory, server.endpoint, server.spec.name)
+                    await client.register(server.endpoint, server.spec.name)
                 finally:
                     self._collect_soon()
-            except (RegistrationError, OSError, RuntimeError) as error:
+            except RegistrationError as error:
+                if error.answered and self.layout.subdirectory:
+                    self._fall_back(f"it refused {server.endpoint}: {error}")
+                    return
                 server.log.warning("registration failed, retrying in %.2f s: %s", delay, error)
-                self._observer.registration_failed(server.spec.name)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_RETRY_DELAY)
-                continue
-            plugin.registered = True
-            self._observer.registered(server.spec.name)
-            server.log.info("registered with the kubelet (%d token(s))", server.pool.count)
-            self._on_change()
+            except (OSError, RuntimeError) as error:
+                server.log.warning("registration failed, retrying in %.2f s: %s", delay, error)
+            else:
+                plugin.registered = True
+                self._observer.registered(server.spec.name)
+                server.log.info("registered with the kubelet (%d token(s))", server.pool.count)
+                self._on_change()
+                await self._await_dial_back(server, opened)
+                return
+            self._observer.registration_failed(server.spec.name)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_RETRY_DELAY)
+
+    async def _await_dial_back(self, server: PluginServer, opened: asyncio.Event) -> None:
+        try:
+            await asyncio.wait_for(opened.wait(), DIAL_BACK_SECONDS)
+        except asyncio.TimeoutError:
+            if self.layout.subdirectory:
+                self._fall_back(f"it never connected to {server.endpoint}")
+            else:
+                server.log.warning(
+                    "the kubelet has not connected %g s after Register", DIAL_BACK_SECONDS
+                )
+
+    def _fall_back(self, reason: str) -> None:
+        """The kubelet does not take endpoints in the agent's directory: serve every resource
+        beside kubelet.sock instead, for as long as the agent runs."""
+        if self._fallback is not None:
             return
+        log.warning(
+            "the kubelet does not take sockets in %s (%s): serving them in %s instead",
+            self.layout.directory,
+            reason,
+            self._directory,
+        )
+        self.layout = SocketLayout(self._directory, subdirectory=False)
+        self._on_change()
+        self._fallback = asyncio.ensure_future(self._move_servers())
+
+    async def _move_servers(self) -> None:
+        async with self._changing:
+            specs = {name: plugin.server.spec for name, plugin in self._plugins.items()}
+            # Every old server stops before a new one registers: the kubelet must never see
+            # two servers for one resource.
+            await asyncio.gather(*(self._stop(plugin) for plugin in list(self._plugins.values())))
+            for failure in await self._apply(specs):
+                log.error("after moving the sockets: %s", failure)

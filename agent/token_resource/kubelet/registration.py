@@ -1,4 +1,5 @@
-"""Registering a plugin with the kubelet through ``kubelet.sock``."""
+"""Registering plugins with the kubelet through ``kubelet.sock``: one channel per kubelet,
+every Register of the agent's resources over it."""
 
 from __future__ import annotations
 
@@ -9,32 +10,51 @@ import grpc.aio
 
 from token_resource.kubelet.servicer import OPTIONS
 from token_resource.protocol import deviceplugin_pb2 as pb
-from token_resource.protocol.deviceplugin import KUBELET_SOCKET, REGISTER, VERSION
+from token_resource.protocol.deviceplugin import REGISTER, VERSION
 
 # A current kubelet dials the plugin back before it answers, for up to 10 s.
 REGISTER_TIMEOUT = 15.0
+# Answers that say nothing about the request: the kubelet is not (or no longer) there.
+_UNREACHED = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
 
 
 class RegistrationError(Exception):
     """The kubelet refused the registration or could not be reached."""
 
+    def __init__(self, reason: str, *, answered: bool) -> None:
+        super().__init__(reason)
+        # True when the kubelet itself refused the request (not unreachable, not too slow).
+        self.answered = answered
 
-async def register(directory: Path, endpoint: str, resource_name: str) -> None:
-    """Register ``resource_name`` served on ``directory/endpoint``; raise RegistrationError.
 
-    Awaited on the event loop that serves the plugin, which must stay free meanwhile: the
-    kubelet calls GetDevicePluginOptions on the plugin before it answers.
-    """
-    request = pb.RegisterRequest(
-        version=VERSION, endpoint=endpoint, resource_name=resource_name, options=OPTIONS
-    )
-    async with grpc.aio.insecure_channel(f"unix:{directory / KUBELET_SOCKET}") as channel:
-        call = channel.unary_unary(
+class KubeletClient:
+    """A channel to one ``kubelet.sock``; Register calls share it (HTTP/2 multiplexes them)."""
+
+    def __init__(self, socket: Path) -> None:
+        self._channel = grpc.aio.insecure_channel(f"unix:{socket}")
+        self._register = self._channel.unary_unary(
             REGISTER,
             request_serializer=pb.RegisterRequest.SerializeToString,
             response_deserializer=pb.Empty.FromString,
         )
+
+    async def register(self, endpoint: str, resource_name: str) -> None:
+        """Register ``resource_name`` served on ``endpoint``; raise RegistrationError.
+
+        Awaited on the event loop that serves the plugin, which must stay free meanwhile: the
+        kubelet calls GetDevicePluginOptions on the plugin before it answers.
+        """
+        request = pb.RegisterRequest(
+            version=VERSION, endpoint=endpoint, resource_name=resource_name, options=OPTIONS
+        )
         try:
-            await call(request, timeout=REGISTER_TIMEOUT)
+            await self._register(request, timeout=REGISTER_TIMEOUT)
         except grpc.aio.AioRpcError as error:
-            raise RegistrationError(f"{error.code().name}: {error.details()}") from None
+            raise RegistrationError(
+                f"{error.code().name}: {error.details()}", answered=error.code() not in _UNREACHED
+            ) from None
+
+    async def close(self) -> None:
+        await self._channel.close(None)

@@ -31,11 +31,13 @@ class TokenServicer:
         spec: Callable[[], ResourceSpec],
         log: logging.Logger,
         observer: Observer,
+        on_stream: Callable[[], None] = lambda: None,
     ) -> None:
         self._pool = pool
         self._spec = spec
         self._log = log
         self._observer = observer
+        self._on_stream = on_stream
         self._closed = False
 
     def close(self) -> None:
@@ -52,6 +54,7 @@ class TokenServicer:
         self, request: pb.Empty, context: Context
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         self._log.debug("ListAndWatch stream opened")
+        self._on_stream()
         try:
             async for listing in self._pool.watch():
                 if self._closed:
@@ -61,26 +64,28 @@ class TokenServicer:
             self._log.debug("ListAndWatch stream closed")
 
     async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
-        started, ok = time.monotonic(), False
+        started = time.monotonic()
         try:
-            response = await self._allocate(request, context)
-            ok = True
-            return response
-        finally:
-            seconds = time.monotonic() - started
-            self._observer.allocate_answered(self._spec().name, seconds, ok=ok)
+            response = self._allocate(request)
+        except AllocationError as error:
+            # Counted before the answer goes out: whoever saw the refusal finds it counted.
+            self._allocate_answered(started, ok=False)
+            await self._refuse(context, error)
+        self._allocate_answered(started, ok=True)
+        return response
 
-    async def _allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
+    def _allocate_answered(self, started: float, *, ok: bool) -> None:
+        seconds = time.monotonic() - started
+        self._observer.allocate_answered(self._spec().name, seconds, ok=ok)
+
+    def _allocate(self, request: pb.AllocateRequest) -> pb.AllocateResponse:
         if not request.container_requests:
-            await self._refuse(context, AllocationError("the request holds no container requests"))
+            raise AllocationError("the request holds no container requests")
         env_name = self._spec().env
         response = pb.AllocateResponse()
         for container in request.container_requests:
             device_ids = list(container.devices_ids)
-            try:
-                self._pool.check_allocation(device_ids)
-            except AllocationError as error:
-                await self._refuse(context, error)
+            self._pool.check_allocation(device_ids)
             response.container_responses.add().envs[env_name] = ",".join(device_ids)
             self._log.info("allocated %s", ", ".join(device_ids))
         return response

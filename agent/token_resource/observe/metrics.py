@@ -83,6 +83,15 @@ class Metrics:
             buckets=ALLOCATE_BUCKETS,
             registry=registry,
         )
+        self._claims = {
+            action: Counter(
+                f"token_resource_dra_{action}s",
+                f"Claims the kubelet asked the DRA driver to {action}, by result (ok, failed)",
+                ["result"],
+                registry=registry,
+            )
+            for action in ("prepare", "unprepare")
+        }
         registry.register(_ReportCollector(loop, report))
 
     def config_applied(self, result: str, *, initial: bool) -> None:
@@ -102,6 +111,12 @@ class Metrics:
 
     def allocate_answered(self, resource: str, seconds: float, *, ok: bool) -> None:
         self._allocate.labels(resource, "ok" if ok else "refused").observe(seconds)
+
+    def claim_prepared(self, *, ok: bool) -> None:
+        self._claims["prepare"].labels("ok" if ok else "failed").inc()
+
+    def claim_unprepared(self, *, ok: bool) -> None:
+        self._claims["unprepare"].labels("ok" if ok else "failed").inc()
 
 
 class _ReportCollector(Collector):

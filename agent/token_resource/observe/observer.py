@@ -29,6 +29,12 @@ class Observer(Protocol):
     def allocate_answered(self, resource: str, seconds: float, *, ok: bool) -> None:
         """An Allocate call took ``seconds``; ``ok`` is false when it was refused."""
 
+    def claim_prepared(self, *, ok: bool) -> None:
+        """The kubelet's NodePrepareResources for one claim was answered (``ok``: prepared)."""
+
+    def claim_unprepared(self, *, ok: bool) -> None:
+        """The kubelet's NodeUnprepareResources for one claim was answered."""
+
 
 class NullObserver:
     """Counts nothing: the agent without metrics."""
@@ -46,4 +52,10 @@ class NullObserver:
         pass
 
     def allocate_answered(self, resource: str, seconds: float, *, ok: bool) -> None:
+        pass
+
+    def claim_prepared(self, *, ok: bool) -> None:
+        pass
+
+    def claim_unprepared(self, *, ok: bool) -> None:
         pass

@@ -13,12 +13,35 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Holder:
-    """One container and the device IDs of one resource that the kubelet allocated to it."""
+    """One container and the device IDs of one resource that the kubelet allocated to it; for
+    DRA, the pods of one prepared claim (the container is not known: empty)."""
 
     namespace: str
     pod: str
     container: str
     device_ids: tuple[str, ...]
+    claim: str | None = None  # DRA: the ResourceClaim's name
+
+
+@dataclass(frozen=True)
+class SliceReport:
+    """A DRA resource's pool as published: its name, generation (None until published) and
+    number of ResourceSlices."""
+
+    pool: str
+    generation: int | None
+    slices: int
+
+
+@dataclass(frozen=True)
+class DraReport:
+    driver: str
+    node: str
+    # The kubelet's answer to the registration; None before it asked.
+    registered: bool | None
+    registration_error: str | None
+    slices_state: str  # pending, accepted or failing (the API server)
+    slices_error: str | None
 
 
 @dataclass(frozen=True)
@@ -33,6 +56,8 @@ class ResourceReport:
     holders: tuple[Holder, ...] | None
     # Devices the kubelet counts as allocatable; None when it does not say.
     kubelet_allocatable: int | None = None
+    # DRA resources only.
+    slices: SliceReport | None = None
 
     @property
     def in_use(self) -> int | None:
@@ -53,16 +78,29 @@ class ResourceReport:
 
 
 @dataclass(frozen=True)
+class PluginSockets:
+    """Where the device-plugin sockets are: the agent's own directory, which kubelet restarts
+    leave alone, or beside kubelet.sock (the fallback for a kubelet that will not take it)."""
+
+    directory: str
+    layout: str  # "subdirectory" or "top-level"
+
+
+@dataclass(frozen=True)
 class StatusReport:
     summary: str  # the STATUS= line
     pod_resources_socket: str
     # Why the kubelet could not tell who holds the tokens; None when it did.
     pod_resources_error: str | None
     resources: tuple[ResourceReport, ...]
+    plugin_sockets: PluginSockets | None = None
+    dra: DraReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "summary": self.summary,
+            "plugin_sockets": None if self.plugin_sockets is None else asdict(self.plugin_sockets),
+            "dra": None if self.dra is None else asdict(self.dra),
             "pod_resources": {
                 "socket": self.pod_resources_socket,
                 "error": self.pod_resources_error,
@@ -80,11 +118,40 @@ def render_text(report: Mapping[str, Any]) -> str:
     for resource in report["resources"]:
         lines.append(f"{resource['name']}: {_describe(resource)}")
         lines.extend(
-            f"  {holder['namespace']}/{holder['pod']}/{holder['container']}: "
-            + ", ".join(holder["device_ids"])
+            f"  {_holder(holder)}: " + ", ".join(holder["device_ids"])
             for holder in resource["holders"] or ()
         )
+    sockets = report.get("plugin_sockets")  # absent in the answers of older agents
+    if sockets is not None:
+        kept = (
+            "kept across kubelet restarts"
+            if sockets["layout"] == "subdirectory"
+            else "beside kubelet.sock: the kubelet did not take the agent's own directory"
+        )
+        lines.append(f"device-plugin sockets: {sockets['directory']} ({kept})")
+    dra = report.get("dra")
+    if dra is not None:
+        lines.append(_describe_dra(dra))
     return "\n".join(lines)
+
+
+def _holder(holder: Mapping[str, Any]) -> str:
+    if holder.get("claim") is not None:
+        return f"{holder['namespace']}/{holder['pod'] or '-'} (claim {holder['claim']})"
+    return f"{holder['namespace']}/{holder['pod']}/{holder['container']}"
+
+
+def _describe_dra(dra: Mapping[str, Any]) -> str:
+    if dra["registered"] is None:
+        kubelet = "not registered yet (waiting for the kubelet)"
+    elif dra["registered"]:
+        kubelet = "registered with the kubelet"
+    else:
+        kubelet = f"refused by the kubelet: {dra['registration_error']}"
+    slices = dra["slices_state"]
+    if dra["slices_error"]:
+        slices += f": {dra['slices_error']}"
+    return f"DRA driver {dra['driver']} on node {dra['node']}: {kubelet}; resource slices {slices}"
 
 
 def _describe(resource: Mapping[str, Any]) -> str:
@@ -93,6 +160,15 @@ def _describe(resource: Mapping[str, Any]) -> str:
         parts.append("node status (the kubelet lists no holders for these)")
     else:
         parts.append("registered" if resource["registered"] else "not registered")
+    slices = resource.get("slices")
+    if slices is not None:
+        published = (
+            f"pool {slices['pool']} generation {slices['generation']} in {slices['slices']} "
+            "slice(s)"
+            if slices["generation"] is not None
+            else f"pool {slices['pool']} not published yet"
+        )
+        parts.append(f"DRA, {published}")
     in_use, count = resource["in_use"], resource["count"]
     if in_use is not None:
         over = in_use - count

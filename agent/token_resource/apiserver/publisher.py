@@ -1,0 +1,257 @@
+"""Keeps the node's DRA pools published as ResourceSlices, and republishes them at once when
+they vanish.
+
+A sync lists the node's slices (the one list a node identity may make: by ``spec.nodeName``),
+writes each pool whose stored slices are not exactly the wanted ones as a new generation, and
+deletes the slices of the driver's pools no longer wanted (a resource taken out of the files,
+also while the agent was stopped). Then it watches the node's slices from the listed
+``resourceVersion``: anything that happens to the driver's slices (a starting kubelet deletes
+every slice of its node, a person edits one) is a reason to sync again, and so is the end of
+the watch, every ``resync_seconds``. Stopping the agent leaves the slices: the kubelet removes
+a driver's slices itself 30 s after its plugin is gone for good, so a restart (an upgrade)
+takes no tokens away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from token_resource.apiserver.client import ApiClient, ApiError, KubeError
+from token_resource.apiserver.credentials import load_credentials, node_name
+from token_resource.apiserver.keeper import Keeper
+from token_resource.apiserver.slices import (
+    API_VERSION,
+    SLICES_PATH,
+    Pool,
+    generation_of,
+    matches,
+    node_owner,
+)
+from token_resource.config.model import KubernetesSettings
+
+log = logging.getLogger(__name__)
+
+NOT_FOUND = 404
+# Said when the API server has no resource.k8s.io/v1: DRA went GA in 1.34, and unchanged pods
+# (a DeviceClass's extendedResourceName) are served from it since 1.36.
+NO_DRA = (
+    f"the API server does not serve {API_VERSION}: DRA resources need Kubernetes 1.34 or newer "
+    "(and 1.36 or newer for unchanged pods asking for the resource by its name)"
+)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    settings: KubernetesSettings
+    driver: str
+    # resource name -> count
+    counts: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class PoolState:
+    resource: str
+    pool: str
+    count: int
+    generation: int | None  # None until published
+    slices: int
+
+
+@dataclass(frozen=True)
+class PublisherState:
+    node: str
+    driver: str
+    pools: tuple[PoolState, ...]
+    state: str  # pending, accepted or failing
+    reason: str | None
+
+
+class SlicePublisher(Keeper[Wanted]):
+    def __init__(self, settings: KubernetesSettings, driver: str, on_change: Callable[[], None]):
+        super().__init__("resource slices", Wanted(settings, driver, {}), on_change)
+        # pool name -> the generation last written or found, so generations only grow.
+        self._generations: dict[str, int] = {}
+        # The resourceVersion of the last sync's list: the watch starts there.
+        self._list_version = ""
+
+    def apply(self, settings: KubernetesSettings, driver: str, counts: Mapping[str, int]) -> None:
+        """Publish a pool per resource of ``counts``, and nothing else of the driver's."""
+        self.want(Wanted(settings, driver, dict(counts)))
+
+    def resync(self) -> None:
+        """Look again now (the kubelet registered the plugin: it may have wiped the slices)."""
+        self._wake.set()
+
+    def publisher_state(self) -> PublisherState:
+        wanted = self.wanted
+        node = node_name(wanted.settings)
+        pools = []
+        for resource, count in sorted(wanted.counts.items()):
+            pool = Pool(wanted.driver, node, resource, count)
+            generation = self._generations.get(pool.name)
+            slices = len(pool.slices(0)) if generation is not None else 0
+            pools.append(PoolState(resource, pool.name, count, generation, slices))
+        return PublisherState(node, wanted.driver, tuple(pools), self.state, self.reason)
+
+    def _pools(self, wanted: Wanted) -> list[Pool]:
+        node = node_name(wanted.settings)
+        return [Pool(wanted.driver, node, name, count) for name, count in wanted.counts.items()]
+
+    def _sync(self, wanted: Wanted) -> None:
+        node = node_name(wanted.settings)
+        with ApiClient(load_credentials(wanted.settings)) as client:
+            self._list_version = sync_slices(
+                client, node, wanted.driver, self._pools(wanted), self._generations
+            )
+
+    async def _quiet(self, wanted: Wanted) -> None:
+        """Watch the node's slices until one of the driver's changes, the watch ends, or
+        something else is wanted."""
+        client = ApiClient(load_credentials(wanted.settings))
+        query = urlencode(
+            {
+                "fieldSelector": f"spec.nodeName={node_name(wanted.settings)}",
+                "watch": "true",
+                "resourceVersion": self._list_version,
+                "timeoutSeconds": str(int(wanted.settings.resync_seconds)),
+            }
+        )
+        try:
+            watch = await asyncio.to_thread(
+                client.watch, f"{SLICES_PATH}?{query}", wanted.settings.resync_seconds + 10
+            )
+        except KubeError as error:
+            log.info("cannot watch the resource slices, looking again: %s", error)
+            return
+        changed = asyncio.ensure_future(
+            asyncio.to_thread(_until_changed, watch.events(), wanted.driver)
+        )
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({changed, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.close()
+            woken.cancel()
+            with contextlib.suppress(KubeError, asyncio.CancelledError):
+                reason = await changed
+                if reason:
+                    log.info("resource slices: %s: publishing again", reason)
+
+
+def _until_changed(events: Any, driver: str) -> str | None:
+    """Read watch events until one concerns the driver's slices; what happened, or None when
+    the watch ended."""
+    for event in events:
+        kind = event.get("type")
+        item = event.get("object") or {}
+        if kind == "ERROR":
+            return f"the watch ended: {item.get('message', item)}"
+        if (
+            kind in ("ADDED", "MODIFIED", "DELETED")
+            and (item.get("spec") or {}).get("driver") == driver
+        ):
+            name = (item.get("metadata") or {}).get("name")
+            return f"slice {name} {kind.lower()}"
+    return None
+
+
+# Each write is checked by a new list; a node whose slices keep changing under the agent
+# (another writer) is a failure, retried with backoff, not a busy loop.
+_MAX_ROUNDS = 3
+
+
+def sync_slices(
+    client: ApiClient,
+    node: str,
+    driver: str,
+    pools: Sequence[Pool],
+    generations: dict[str, int],
+) -> str:
+    """Make the node's slices of ``driver`` exactly ``pools``; the resourceVersion of a list
+    that showed them so, to watch from. Blocking; KubeError when the API server cannot or will
+    not. A slice deleted between a write and that list is seen by that list, and anything
+    later by the watch: nothing falls between the two."""
+    owner: dict[str, Any] | None = None
+    for _ in range(_MAX_ROUNDS):
+        items, version = _list(client, node)
+        stored: dict[str, list[dict[str, Any]]] = {}
+        for item in items:
+            spec = item.get("spec") or {}
+            if spec.get("driver") == driver:
+                stored.setdefault(str((spec.get("pool") or {}).get("name")), []).append(item)
+        stale = [
+            pool for pool in pools if not _published(stored.get(pool.name, []), pool, generations)
+        ]
+        if not stale and stored.keys() <= {pool.name for pool in pools}:
+            return version
+        if owner is None:
+            owner = node_owner(client.get(f"/api/v1/nodes/{quote(node, safe='')}"))
+        for pool in stale:
+            present = stored.get(pool.name, [])
+            generation = max(generation_of(present), generations.get(pool.name, 0)) + 1
+            _write(client, present, pool.slices(generation, owner))
+            generations[pool.name] = generation
+            log.info(
+                "resource slices: pool %s: %d token(s), generation %d",
+                pool.name,
+                pool.count,
+                generation,
+            )
+        for name in stored.keys() - {pool.name for pool in pools}:
+            _write(client, stored[name], [])
+            generations.pop(name, None)
+            log.info("resource slices: pool %s removed (no longer configured)", name)
+    raise KubeError(f"the resource slices of node {node} kept changing while being written")
+
+
+def _published(
+    present: Sequence[Mapping[str, Any]], pool: Pool, generations: dict[str, int]
+) -> bool:
+    """Whether ``present`` are exactly the pool's slices at their generation (noted, so that
+    a rewrite gets a newer one)."""
+    generation = max(generation_of(present), generations.get(pool.name, 0))
+    if present and matches(present, pool.slices(generation)):
+        generations[pool.name] = generation
+        return True
+    return False
+
+
+def _list(client: ApiClient, node: str) -> tuple[list[dict[str, Any]], str]:
+    query = urlencode({"fieldSelector": f"spec.nodeName={node}"})
+    try:
+        listing = client.get(f"{SLICES_PATH}?{query}")
+    except ApiError as error:
+        if error.status == NOT_FOUND:
+            raise KubeError(NO_DRA) from None
+        raise
+    items = [item for item in listing.get("items") or [] if isinstance(item, dict)]
+    return items, str((listing.get("metadata") or {}).get("resourceVersion", ""))
+
+
+def _write(
+    client: ApiClient, present: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]
+) -> None:
+    """Replace the slices ``present`` by ``wanted``: update those of the same name, create the
+    others, delete what is left."""
+    by_name = {str((item.get("metadata") or {}).get("name")): item for item in present}
+    for item in wanted:
+        name = item["metadata"]["name"]
+        old = by_name.pop(name, None)
+        if old is None:
+            client.create(SLICES_PATH, item)
+        else:
+            version = (old.get("metadata") or {}).get("resourceVersion")
+            replacement = {**item, "metadata": {**item["metadata"], "resourceVersion": version}}
+            client.replace(f"{SLICES_PATH}/{quote(name, safe='')}", replacement)
+    for name in by_name:
+        try:
+            client.delete(f"{SLICES_PATH}/{quote(name, safe='')}")
+        except ApiError as error:
+            if error.status != NOT_FOUND:  # gone meanwhile is as good as deleted
+                raise

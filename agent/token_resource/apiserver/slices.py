@@ -1,0 +1,198 @@
+"""The ResourceSlices of a node's DRA resources: one pool per resource, its tokens as devices.
+
+Pure: what the slices of a pool should hold, and whether the ones the API server holds are
+exactly that. A pool is written out in slices of at most 128 devices, all of one generation;
+consumers (the scheduler) use only the slices of a pool's highest generation and expect
+``resourceSliceCount`` of them, so any change of a pool's devices is a new generation written
+to every one of its slices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from token_resource.config.model import DEVICES_PER_SLICE
+
+API_GROUP = "resource.k8s.io"
+API_VERSION = f"{API_GROUP}/v1"
+SLICES_PATH = f"/apis/{API_VERSION}/resourceslices"
+# Device attributes (the driver's domain is implied): which resource a device belongs to, and
+# its token ID, the same as the device plugin's and the container's variable name it.
+RESOURCE_ATTRIBUTE = "resource"
+TOKEN_ATTRIBUTE = "token"
+_MAX_POOL_NAME = 253
+_POOL_PART = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_DIGEST_CHARS = 12
+
+
+def pool_name(node: str, resource: str) -> str:
+    """``node-1/example.com/token``: DNS subdomains joined by "/", as pool names must be.
+
+    The part after the domain is lower-cased, "_" made "-"; when that changed anything (or the
+    name is too long) a digest of the resource name keeps pools of different names apart.
+    """
+    domain, _, name = resource.partition("/")
+    readable = name.lower().replace("_", "-")
+    if readable != name or not _valid_part(readable):
+        readable = f"{_trim(readable)}-{_digest(resource)}".lstrip("-.")
+    pool = f"{node}/{domain}/{readable}"
+    if len(pool) > _MAX_POOL_NAME:
+        pool = f"{node[: _MAX_POOL_NAME - _DIGEST_CHARS - 1]}/{_digest(resource)}"
+    return pool
+
+
+def _valid_part(part: str) -> bool:
+    return all(_POOL_PART.fullmatch(label) for label in part.split(".")) and len(part) <= 63
+
+
+def _trim(part: str) -> str:
+    # Only what a DNS label keeps, and room for the digest within 63 characters.
+    kept = re.sub(r"[^a-z0-9-]", "-", part)
+    return kept[: 63 - _DIGEST_CHARS - 1].strip("-")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:_DIGEST_CHARS]
+
+
+def device_class_name(resource: str) -> str:
+    """``example.com/token`` → ``token.example.com``: a DeviceClass name (a DNS subdomain)."""
+    domain, _, name = resource.partition("/")
+    readable = name.lower().replace("_", "-")
+    if readable != name or not _valid_part(readable):
+        readable = f"{_trim(readable)}-{_digest(resource)}".lstrip("-.")
+    return f"{readable}.{domain}"[:253]
+
+
+def device_class(driver: str, resource: str) -> dict[str, Any]:
+    """The DeviceClass that selects the resource's devices, by driver and attribute, and
+    (Kubernetes 1.36 on) serves pods that ask for the resource by name under limits."""
+    expression = (
+        f"device.driver == {json.dumps(driver)} && "
+        f"device.attributes[{json.dumps(driver)}].{RESOURCE_ATTRIBUTE} == {json.dumps(resource)}"
+    )
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DeviceClass",
+        "metadata": {"name": device_class_name(resource)},
+        "spec": {
+            "selectors": [{"cel": {"expression": expression}}],
+            "extendedResourceName": resource,
+        },
+    }
+
+
+def slice_name(driver: str, pool: str, index: int) -> str:
+    """A name of its own for each slice of a pool, the same on every run."""
+    return f"{driver}-{_digest(pool)}-{index}"
+
+
+def devices(resource: str, count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": f"token-{index}",
+            "attributes": {
+                RESOURCE_ATTRIBUTE: {"string": resource},
+                TOKEN_ATTRIBUTE: {"string": f"token-{index}"},
+            },
+        }
+        for index in range(count)
+    ]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """What one resource's pool on this node holds; a count of 0 is a pool of one empty slice
+    (a pool must have at least one), so the scheduler sees the resource with nothing free."""
+
+    driver: str
+    node: str
+    resource: str
+    count: int
+
+    @property
+    def name(self) -> str:
+        return pool_name(self.node, self.resource)
+
+    def slices(
+        self, generation: int, owner: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The pool's slices at ``generation``, as objects to create (``owner``: the Node, so
+        that the slices go with it)."""
+        all_devices = devices(self.resource, self.count)
+        chunks = [
+            all_devices[start : start + DEVICES_PER_SLICE]
+            for start in range(0, max(self.count, 1), DEVICES_PER_SLICE)
+        ]
+        metadata_extra = {"ownerReferences": [dict(owner)]} if owner else {}
+        return [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": {"name": slice_name(self.driver, self.name, index), **metadata_extra},
+                "spec": {
+                    "driver": self.driver,
+                    "nodeName": self.node,
+                    "pool": {
+                        "name": self.name,
+                        "generation": generation,
+                        "resourceSliceCount": len(chunks),
+                    },
+                    "devices": chunk,
+                },
+            }
+            for index, chunk in enumerate(chunks)
+        ]
+
+
+def node_owner(node: Mapping[str, Any]) -> dict[str, Any]:
+    """An owner reference to the Node object read from the API server."""
+    metadata = node.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": metadata.get("name"),
+        "uid": metadata.get("uid"),
+        "controller": True,
+    }
+
+
+def essence(item: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(name, the spec fields the agent writes) of a slice, to compare what is stored with
+    what should be (the API server may add fields of its own)."""
+    spec = item.get("spec") or {}
+    kept = {
+        "driver": spec.get("driver"),
+        "nodeName": spec.get("nodeName"),
+        "pool": spec.get("pool"),
+        "devices": [
+            {"name": device.get("name"), "attributes": device.get("attributes")}
+            for device in spec.get("devices") or []
+        ],
+    }
+    return str((item.get("metadata") or {}).get("name")), kept
+
+
+def generation_of(items: Iterable[Mapping[str, Any]]) -> int:
+    """The highest pool generation among ``items`` (0 for none)."""
+    return max(
+        (
+            int(((item.get("spec") or {}).get("pool") or {}).get("generation") or 0)
+            for item in items
+        ),
+        default=0,
+    )
+
+
+def matches(stored: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the stored slices of a pool are exactly the wanted ones."""
+    return sorted(map(_key, map(essence, stored))) == sorted(map(_key, map(essence, wanted)))
+
+
+def _key(pair: tuple[str, dict[str, Any]]) -> str:
+    return json.dumps(pair, sort_keys=True)

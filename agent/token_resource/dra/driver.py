@@ -1,0 +1,134 @@
+"""The agent as a DRA driver: its servers for the kubelet, and its pools on the API server.
+
+Started when the configuration first has a DRA resource and kept until the agent stops: the
+DRA service socket (``<plugins_dir>/<driver>/dra.sock``) serves NodePrepareResources, the
+registration socket tells the kubelet where it is, and the publisher keeps one pool per DRA
+resource in ResourceSlices. The prepared claims are read from disk before either socket
+exists, so a restarted agent answers for them as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+
+from token_resource.apiserver.claims import Claim, read_claim
+from token_resource.apiserver.client import ApiClient
+from token_resource.apiserver.credentials import load_credentials, node_name
+from token_resource.apiserver.publisher import PublisherState, SlicePublisher
+from token_resource.apiserver.slices import pool_name
+from token_resource.config.model import DraSettings, KubernetesSettings, ResourceSpec
+from token_resource.dra.prepared import PreparedClaim, PreparedClaims
+from token_resource.dra.registration import Registration, RegistrationServer
+from token_resource.dra.service import DraService
+from token_resource.observe.observer import Observer
+from token_resource.protocol.dra import dra_plugin_handlers
+
+log = logging.getLogger(__name__)
+
+_STOP_GRACE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class DraState:
+    driver: str
+    # None until the kubelet answered the registration.
+    registered: bool | None
+    registration_error: str | None
+    slices: PublisherState
+    prepared: tuple[PreparedClaim, ...]
+
+
+class DraDriver:
+    def __init__(
+        self,
+        settings: DraSettings,
+        kubernetes: KubernetesSettings,
+        observer: Observer,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._kubernetes = kubernetes
+        self._on_change = on_change
+        self._resources: Mapping[str, ResourceSpec] = {}
+        self._prepared = PreparedClaims(settings.driver_dir)
+        self._publisher = SlicePublisher(kubernetes, settings.driver, on_change)
+        self._service_socket = settings.service_socket
+        self._registration = RegistrationServer(
+            settings.registration_socket,
+            Registration(settings.driver, self._service_socket, self._publisher.resync, on_change),
+        )
+        self._service = DraService(
+            settings.driver,
+            settings.cdi_dir,
+            self._prepared,
+            self.pools,
+            self._read_claim,
+            observer,
+            on_change,
+        )
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        """Serve the DRA service, then register it with the kubelet."""
+        self._prepared.load()
+        if self._prepared:
+            log.info("DRA: %d claim(s) prepared by an earlier run", len(self._prepared))
+        self._service_socket.parent.mkdir(parents=True, exist_ok=True)
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers(tuple(dra_plugin_handlers(self._service)))
+        server.add_insecure_port(f"unix:{self._service_socket}")
+        await server.start()
+        self._server = server
+        await self._registration.start()
+        log.info(
+            "DRA driver %s: serving on %s, registration socket %s",
+            self._settings.driver,
+            self._service_socket,
+            self._registration.path,
+        )
+
+    def apply(self, kubernetes: KubernetesSettings, resources: Mapping[str, ResourceSpec]) -> None:
+        """Publish a pool for each of ``resources`` (the DRA ones), and nothing else."""
+        self._kubernetes, self._resources = kubernetes, dict(resources)
+        counts = {name: spec.count for name, spec in resources.items()}
+        self._publisher.apply(kubernetes, self._settings.driver, counts)
+
+    def pools(self) -> dict[str, ResourceSpec]:
+        """Pool name -> the resource it publishes, as configured now."""
+        node = node_name(self._kubernetes)
+        return {pool_name(node, name): spec for name, spec in self._resources.items()}
+
+    def state(self) -> DraState:
+        registration = self._registration.registration
+        return DraState(
+            self._settings.driver,
+            registration.registered,
+            registration.error,
+            self._publisher.publisher_state(),
+            tuple(self._prepared[uid] for uid in sorted(self._prepared)),
+        )
+
+    async def close(self) -> None:
+        """Deregister first (the kubelet stops calling), then stop serving. The slices stay:
+        the kubelet removes them 30 s after the driver is gone, unless it comes back."""
+        await self._registration.stop()
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(_STOP_GRACE_SECONDS)
+            self._service_socket.unlink(missing_ok=True)
+        await self._publisher.close()
+
+    async def _read_claim(self, namespace: str, name: str, uid: str) -> Claim:
+        settings, driver = self._kubernetes, self._settings.driver
+
+        def read() -> Claim:
+            with ApiClient(load_credentials(settings)) as client:
+                return read_claim(client, namespace, name, uid, driver)
+
+        return await asyncio.to_thread(read)

@@ -1,0 +1,152 @@
+"""What the agent says about itself: the one-line STATUS= and the report behind ``status``,
+made from the wings' states.
+
+Below the composition root and above the wings, whose states it reads; pure: the agent hands
+it everything, it asks nobody.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from token_resource.apiserver.keeper import ACCEPTED
+from token_resource.apiserver.nodestatus import NodeStatusState
+from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, ResourceSpec
+from token_resource.dra.driver import DraState
+from token_resource.kubelet.allocation import Allocation
+from token_resource.kubelet.reconciler import PluginState
+from token_resource.observe.report import DraReport, Holder, ResourceReport, SliceReport
+
+_STATUS_LISTED = 5
+_STATUS_ERROR_CHARS = 300
+
+
+def status_line(
+    plugins: Sequence[PluginState],
+    kubelet_present: bool,
+    in_use: Mapping[str, int] | None,
+    node_status: NodeStatusState | None,
+    dra: DraState | None,
+    last_error: str | None,
+) -> str:
+    """One line for ``systemctl status``: resources, registration, the last config error."""
+    dra_pools = dra.slices.pools if dra is not None else ()
+    if not plugins and not (node_status and node_status.desired) and not dra_pools:
+        text = "no resources configured"
+    elif not plugins:
+        text = "no device-plugin resources"
+    else:
+        listed = ", ".join(
+            f"{state.name}={state.count}{_in_use(in_use, state.name)}"
+            for state in plugins[:_STATUS_LISTED]
+        )
+        if len(plugins) > _STATUS_LISTED:
+            listed += f", and {len(plugins) - _STATUS_LISTED} more"
+        if kubelet_present:
+            registered = sum(state.registered for state in plugins)
+            where = f"{registered}/{len(plugins)} registered"
+        else:
+            where = "waiting for the kubelet"
+        text = f"{len(plugins)} resource(s), {where}: {listed}"
+    if node_status is not None and (node_status.desired or node_status.state != ACCEPTED):
+        listed = ", ".join(f"{name}={count}" for name, count in node_status.desired.items())
+        text += f"; node status of {node_status.node}: {node_status.state}"
+        detail = node_status.reason or listed
+        text += f" ({detail})" if detail else ""
+    if dra is not None and (dra_pools or dra.slices.state != ACCEPTED):
+        text += f"; {_dra_summary(dra, in_use)}"
+    if last_error:
+        text += f"; last reload rejected: {last_error[:_STATUS_ERROR_CHARS]}"
+    return text
+
+
+def _in_use(in_use: Mapping[str, int] | None, name: str) -> str:
+    count = None if in_use is None else in_use.get(name)
+    return "" if count is None else f" ({count} in use)"
+
+
+def _dra_summary(dra: DraState, in_use: Mapping[str, int] | None) -> str:
+    if dra.registered is None:
+        kubelet = "waiting for the kubelet"
+    elif dra.registered:
+        kubelet = "registered"
+    else:
+        kubelet = f"refused by the kubelet ({dra.registration_error})"
+    listed = ", ".join(
+        f"{pool.resource}={pool.count}{_in_use(in_use, pool.resource)}"
+        for pool in dra.slices.pools[:_STATUS_LISTED]
+    )
+    slices = (
+        dra.slices.state
+        if dra.slices.reason is None
+        else f"{dra.slices.state} ({dra.slices.reason})"
+    )
+    return f"DRA driver {dra.driver}: {kubelet}, slices {slices}" + (
+        f": {listed}" if listed else ""
+    )
+
+
+def resource_reports(
+    plugins: Sequence[PluginState],
+    allocation: Allocation | None,
+    resources: Mapping[str, ResourceSpec],
+    dra: DraState | None,
+) -> list[ResourceReport]:
+    """A report per configured resource, whichever way it is advertised, ordered by name."""
+    reports = [
+        ResourceReport(
+            state.name,
+            state.count,
+            DEVICE_PLUGIN,
+            state.registered,
+            None if allocation is None else allocation.holders.get(state.name, ()),
+            None
+            if allocation is None or allocation.allocatable is None
+            else allocation.allocatable.get(state.name, 0),
+        )
+        for state in plugins
+    ]
+    reports += [
+        ResourceReport(spec.name, spec.count, NODE_STATUS, None, None)
+        for spec in resources.values()
+        if spec.advertise == NODE_STATUS
+    ]
+    if dra is not None:
+        reports += _dra_reports(dra)
+    return sorted(reports, key=lambda report: report.name)
+
+
+def _dra_reports(dra: DraState) -> list[ResourceReport]:
+    holders: dict[str, list[Holder]] = {}
+    for claim in dra.prepared:
+        tokens: dict[str, list[str]] = {}
+        for device in claim.devices:
+            tokens.setdefault(device.resource, []).append(device.device)
+        for resource, device_ids in tokens.items():
+            holders.setdefault(resource, []).append(
+                Holder(claim.namespace, ", ".join(claim.pods), "", tuple(device_ids), claim.name)
+            )
+    return [
+        ResourceReport(
+            pool.resource,
+            pool.count,
+            DRA,
+            dra.registered is True,
+            tuple(holders.get(pool.resource, ())),
+            slices=SliceReport(pool.pool, pool.generation, pool.slices),
+        )
+        for pool in dra.slices.pools
+    ]
+
+
+def dra_report(dra: DraState | None) -> DraReport | None:
+    if dra is None:
+        return None
+    return DraReport(
+        dra.driver,
+        dra.slices.node,
+        dra.registered,
+        dra.registration_error,
+        dra.slices.state,
+        dra.slices.reason,
+    )

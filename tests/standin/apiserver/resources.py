@@ -1,0 +1,460 @@
+"""resource.k8s.io/v1 as a 1.36 API server serves it: ResourceSlices, ResourceClaims,
+DeviceClasses (a mixin of :class:`~tests.standin.apiserver.server.ApiServerStandin`).
+
+Routes: ``/apis/resource.k8s.io/v1/resourceslices[/<name>]`` and ``deviceclasses[/<name>]``
+(cluster-scoped), ``namespaces/<ns>/resourceclaims[/<name>]`` and ``resourceclaims`` (every
+namespace, list only). GET is get, list or (``?watch=true``) watch (watch.py); POST creates
+(``metadata.generateName`` gets 5 random characters, as names.SimpleNameGenerator does), PUT
+updates (409 Conflict for a stale ``metadata.resourceVersion``, none means unconditional; a
+no-op keeps the resourceVersion), PATCH takes the three patch types of the Node, DELETE deletes
+one (a ``Status`` of Success, as registry.Store does without ReturnDeletedObject) or, on the
+collection, every object the field selector matches (the deleted objects as a list). Lists
+carry ``metadata.resourceVersion``; objects ``uid``, ``resourceVersion``, ``generation`` (1 at
+creation, +1 when ``spec`` changes: resourceslice/strategy.go) and ``creationTimestamp``.
+ResourceSlices are validated as validation.py says; claims and classes are stored as given.
+
+Authorization, after authentication, before anything else (so a node asking for a slice that
+does not exist gets 403, not 404):
+
+- A node identity, as the Node authorizer (node_authorizer.go, ``authorizeResourceSlice``,
+  ``authorizeGet``; graph.go ``AddPod``, ``AddResourceSlice``) and NodeRestriction
+  (admission.go, ``admitResourceSlice``) decide: create any slice, but NodeRestriction refuses
+  one whose ``spec.nodeName`` is not the node ("can only create ResourceSlice with the same
+  NodeName as the requesting node"); get, update, patch, delete a slice only if the stored one
+  has ``spec.nodeName`` = the node ("no relationship found between node '<n>' and this
+  object"); list, watch, deletecollection only with a field selector requirement
+  ``spec.nodeName=<node>`` ("can only list/watch/deletecollection resourceslices with nodeName
+  field selector", AuthorizeNodeWithSelectors, on by default since 1.32); no subresources. A
+  slice cannot move to another node: ``spec.nodeName`` (like ``driver`` and ``pool.name``) is
+  immutable (422). Claims: get only, and only those referenced by a pod bound to the node,
+  through ``spec.resourceClaims[].resourceClaimName`` or ``status.extendedResourceClaimStatus``
+  (the graph does not require the claim to exist: such a get is 404). DeviceClasses: nothing
+  (the node's static rules have none).
+- Anyone else: RBAC (authz.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import random
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from tests.standin.apiserver import validation
+from tests.standin.apiserver.authz import RESOURCE_GROUP, Authorizer, forbidden, node_identity
+from tests.standin.apiserver.patches import apply_patch, patch_type_of
+from tests.standin.apiserver.watch import (
+    DEFAULT_WATCH_SECONDS,
+    Change,
+    History,
+    Requirement,
+    matches,
+    parse_field_selector,
+    watch_stream,
+)
+from tests.standin.apiserver.wire import Identity, Reply, fail
+
+API_VERSION = f"{RESOURCE_GROUP}/v1"
+KINDS = {
+    "resourceslices": "ResourceSlice",
+    "resourceclaims": "ResourceClaim",
+    "deviceclasses": "DeviceClass",
+}
+_PATH = re.compile(
+    rf"/apis/{re.escape(RESOURCE_GROUP)}/v1/(?:namespaces/(?P<namespace>[^/]+)/)?"
+    r"(?P<collection>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<subresource>[^/]+))?"
+)
+_NAME_CHARACTERS = "bcdfghjklmnpqrstvwxz2456789"  # names.SimpleNameGenerator's alphabet
+_NO_RELATIONSHIP = "no relationship found between node '{}' and this object"
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def claim_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+class ResourcesMixin:
+    """The objects, their routes and the Node authorizer's graph for them."""
+
+    _cond: threading.Condition
+    authorizer: Authorizer
+    _objects: dict[str, dict[str, dict[str, Any]]]  # collection -> key -> object
+    _pods: dict[str, dict[str, Any]]  # "<namespace>/<name>" -> Pod
+    _history: History
+    _resource_versions: tuple[str, ...]
+
+    def _next_revision(self) -> str:
+        raise NotImplementedError
+
+    def _current_revision(self) -> int:
+        raise NotImplementedError
+
+    def _serving(self) -> bool:
+        raise NotImplementedError
+
+    def _changed(self, event: str) -> None:
+        raise NotImplementedError
+
+    # --- storage (caller holds the lock) ---------------------------------------------------
+
+    def _put(self, collection: str, key: str, obj: dict[str, Any], change: str) -> dict[str, Any]:
+        old = self._objects[collection].get(key)
+        obj["metadata"]["resourceVersion"] = revision = self._next_revision()
+        self._objects[collection][key] = obj
+        self._history.add(Change(int(revision), collection, change, copy.deepcopy(obj), old))
+        self._changed(f"{collection} {key}: {change}")
+        return copy.deepcopy(obj)
+
+    def _remove(self, collection: str, key: str) -> dict[str, Any]:
+        obj = self._objects[collection].pop(key)
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = revision = self._next_revision()
+        self._history.add(Change(int(revision), collection, "DELETED", obj, None))
+        self._changed(f"{collection} {key}: DELETED")
+        return obj
+
+    def _new_object(self, collection: str, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+        obj = copy.deepcopy(body)
+        obj["apiVersion"], obj["kind"] = API_VERSION, KINDS[collection]
+        metadata = obj.setdefault("metadata", {})
+        if not metadata.get("name") and metadata.get("generateName"):
+            suffix = "".join(random.choice(_NAME_CHARACTERS) for _ in range(5))
+            metadata["name"] = f"{metadata['generateName']}{suffix}"
+        if namespace:
+            metadata["namespace"] = namespace
+        metadata.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=now())
+        return obj
+
+    # --- serving (caller holds the lock) ---------------------------------------------------
+
+    def _route_resources(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        content_type: str | None,
+        body: bytes,
+        identity: Identity,
+    ) -> Reply:
+        match = _PATH.fullmatch(path)
+        collection = match["collection"] if match else ""
+        namespace = unquote(match["namespace"] or "") if match else ""
+        name = unquote(match["name"] or "") if match else ""
+        namespaced = collection == "resourceclaims"
+        if (
+            match is None
+            or "v1" not in self._resource_versions
+            or collection not in KINDS
+            or (namespace and not namespaced)
+            or (namespaced and not namespace and (name or method != "GET"))
+        ):
+            raise fail(404, "NotFound", "the server could not find the requested resource", {})
+        params = {k: v[-1] for k, v in parse_qs(query).items()}
+        watching = params.get("watch") in ("true", "1")
+        verb = {
+            ("GET", True): "get",
+            ("GET", False): "watch" if watching else "list",
+            ("POST", False): "create",
+            ("PUT", True): "update",
+            ("PATCH", True): "patch",
+            ("DELETE", True): "delete",
+            ("DELETE", False): "deletecollection",
+        }.get((method, bool(name)))
+        if verb is None:
+            message = "the server does not allow this method on the requested resource"
+            raise fail(405, "MethodNotAllowed", message, {})
+        selector = parse_field_selector(collection, params.get("fieldSelector", ""))
+        resource = collection + (f"/{match['subresource']}" if match["subresource"] else "")
+        self._authorize_resource(identity, verb, resource, name, namespace, selector)
+        if match["subresource"]:
+            raise fail(404, "NotFound", "the server could not find the requested resource", {})
+        key = claim_key(namespace, name) if namespaced else name
+        if verb == "get":
+            return Reply(200, self._existing(collection, key, name))
+        if verb in ("list", "watch", "deletecollection"):
+            return self._collection(verb, collection, namespace, selector, params, identity)
+        if verb == "delete":
+            obj = self._existing(collection, key, name)
+            self._admit_slice(identity, "delete", collection, obj)
+            deleted = self._remove(collection, key)
+            details = {
+                "name": name,
+                "group": RESOURCE_GROUP,
+                "kind": collection,
+                "uid": deleted["metadata"]["uid"],
+            }
+            status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+            return Reply(200, {**status, "details": details})
+        document = _json_body(body)
+        if verb == "patch":
+            document = apply_patch(
+                patch_type_of(content_type), self._existing(collection, key, name), body
+            )
+        if verb == "create":
+            return self._create(collection, namespace, document, identity)
+        return self._update(collection, key, name, document)
+
+    def _existing(self, collection: str, key: str, name: str) -> dict[str, Any]:
+        try:
+            return copy.deepcopy(self._objects[collection][key])
+        except KeyError:
+            message = f'{collection}.{RESOURCE_GROUP} "{name}" not found'
+            details = {"name": name, "group": RESOURCE_GROUP, "kind": collection}
+            raise fail(404, "NotFound", message, details) from None
+
+    def _collection(
+        self,
+        verb: str,
+        collection: str,
+        namespace: str,
+        selector: tuple[Requirement, ...],
+        params: dict[str, str],
+        identity: Identity,
+    ) -> Reply:
+        def current() -> list[dict[str, Any]]:
+            return [
+                copy.deepcopy(obj)
+                for obj in self._objects[collection].values()
+                if matches(obj, selector)
+                and (not namespace or obj["metadata"].get("namespace") == namespace)
+            ]
+
+        if verb == "watch":
+            since = params.get("resourceVersion", "")
+            if since and not since.isdigit():
+                # A 400 as for any unparsable option; the real server's exact words not checked.
+                message = f'invalid resource version "{since}"'
+                raise fail(400, "BadRequest", message)
+            timeout = float(params.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
+            stream = watch_stream(
+                self._cond,
+                self._history,
+                collection,
+                current,
+                self._current_revision,
+                self._serving,
+                selector,
+                params.get("resourceVersion", ""),
+                timeout,
+            )
+            return Reply(200, {}, stream=_namespaced(stream, namespace))
+        items = current()
+        if verb == "deletecollection":
+            for obj in items:
+                self._admit_slice(identity, "delete", collection, obj)
+            keys = [_key_of(collection, obj) for obj in items]
+            items = [self._remove(collection, key) for key in keys]
+        for item in items:
+            item.pop("apiVersion", None)
+            item.pop("kind", None)
+        listing = {
+            "kind": f"{KINDS[collection]}List",
+            "apiVersion": API_VERSION,
+            "metadata": {"resourceVersion": str(self._current_revision())},
+            "items": items,
+        }
+        return Reply(200, listing)
+
+    def _create(
+        self, collection: str, namespace: str, document: dict[str, Any], identity: Identity
+    ) -> Reply:
+        _check_kind(collection, document)
+        self._admit_slice(identity, "create", collection, document)
+        obj = self._new_object(collection, document, namespace)
+        name = obj["metadata"].get("name") or ""
+        errors = validation.object_name(obj["metadata"])
+        if collection == "resourceslices":
+            errors += validation.resource_slice(obj.get("spec"))
+        if errors:
+            raise validation.invalid_object(KINDS[collection], RESOURCE_GROUP, name, errors)
+        key = claim_key(namespace, name) if namespace else name
+        if key in self._objects[collection]:
+            message = f'{collection}.{RESOURCE_GROUP} "{name}" already exists'
+            details = {"name": name, "group": RESOURCE_GROUP, "kind": collection}
+            raise fail(409, "AlreadyExists", message, details)
+        return Reply(201, self._put(collection, key, obj, "ADDED"))
+
+    def _update(self, collection: str, key: str, name: str, document: dict[str, Any]) -> Reply:
+        _check_kind(collection, document)
+        current = self._existing(collection, key, name)
+        given = document.get("metadata")
+        metadata: dict[str, Any] = given if isinstance(given, dict) else {}
+        if metadata.get("name", name) != name:
+            message = (
+                f"the name of the object ({metadata.get('name')}) does not match the name on "
+                f"the URL ({name})"
+            )
+            raise fail(400, "BadRequest", message)
+        wanted = metadata.get("resourceVersion")
+        if wanted not in (None, "", current["metadata"]["resourceVersion"]):
+            message = (
+                f'Operation cannot be fulfilled on {collection}.{RESOURCE_GROUP} "{name}": the '
+                "object has been modified; please apply your changes to the latest version and "
+                "try again"
+            )
+            details = {"name": name, "group": RESOURCE_GROUP, "kind": collection}
+            raise fail(409, "Conflict", message, details)
+        updated = copy.deepcopy(current)
+        for field in ("labels", "annotations"):
+            if metadata.get(field) is None:
+                updated["metadata"].pop(field, None)
+            else:
+                updated["metadata"][field] = metadata[field]
+        for field in ("spec", "status"):
+            if field in document:
+                updated[field] = copy.deepcopy(document[field])
+        if collection == "resourceslices":
+            errors = validation.resource_slice(updated.get("spec"), current.get("spec") or {})
+            if errors:
+                raise validation.invalid_object(KINDS[collection], RESOURCE_GROUP, name, errors)
+        if updated == current:  # a no-op keeps its resourceVersion, as on the real server
+            return Reply(200, current)
+        if updated.get("spec") != current.get("spec"):
+            updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+        return Reply(200, self._put(collection, key, updated, "MODIFIED"))
+
+    # --- authorization (caller holds the lock) --------------------------------------------
+
+    def _authorize_resource(
+        self,
+        identity: Identity,
+        verb: str,
+        resource: str,
+        name: str,
+        namespace: str,
+        selector: tuple[Requirement, ...],
+    ) -> None:
+        node = node_identity(identity)
+        reason = ""
+        if node is not None and resource.startswith("resourceslices"):
+            reason = self._node_slice_decision(node, verb, resource, name, selector)
+            if not reason:
+                return
+        elif node is not None and resource.startswith("resourceclaims"):
+            reason = self._node_claim_decision(node, verb, resource, name, namespace)
+            if not reason:
+                return
+        if self.authorizer.rbac_allows(identity, verb, RESOURCE_GROUP, resource, name):
+            return
+        raise forbidden(identity, verb, RESOURCE_GROUP, resource, name, namespace, reason)
+
+    def _node_slice_decision(
+        self,
+        node: str,
+        verb: str,
+        resource: str,
+        name: str,
+        selector: tuple[Requirement, ...],
+    ) -> str:
+        """authorizeResourceSlice: "" to allow, else the Node authorizer's reason."""
+        if "/" in resource:
+            return "cannot authorize ResourceSlice subresources"
+        if verb == "create":  # NodeRestriction checks the object (_admit_slice)
+            return ""
+        if verb in ("get", "update", "patch", "delete"):
+            stored = self._objects["resourceslices"].get(name)
+            if stored is not None and (stored.get("spec") or {}).get("nodeName") == node:
+                return ""
+            return _NO_RELATIONSHIP.format(node)
+        if ("spec.nodeName", "=", node) in selector:
+            return ""
+        return "can only list/watch/deletecollection resourceslices with nodeName field selector"
+
+    def _node_claim_decision(
+        self, node: str, verb: str, resource: str, name: str, namespace: str
+    ) -> str:
+        """authorizeGet over the graph pod -> claim: "" to allow, else the reason."""
+        if verb != "get":
+            return "can only get individual resources of this type"
+        if "/" in resource:
+            return "cannot get subresource"
+        for pod in self._pods.values():
+            bound = pod["spec"].get("nodeName") == node
+            if bound and pod["metadata"]["namespace"] == namespace and name in _claims_of(pod):
+                return ""
+        return _NO_RELATIONSHIP.format(node)
+
+    def _admit_slice(
+        self, identity: Identity, operation: str, collection: str, obj: dict[str, Any]
+    ) -> None:
+        """NodeRestriction's admitResourceSlice (create and each deleted object)."""
+        node = node_identity(identity)
+        if node is None or collection != "resourceslices":
+            return
+        if ((obj.get("spec") or {}).get("nodeName") or "") != node:
+            name = (obj.get("metadata") or {}).get("name") or ""
+            subject = f"resourceslices.{RESOURCE_GROUP}" + (f' "{name}"' if name else "")
+            message = (
+                f"{subject} is forbidden: can only {operation} ResourceSlice with the same "
+                "NodeName as the requesting node"
+            )
+            details = {"name": name, "group": RESOURCE_GROUP, "kind": "resourceslices"}
+            raise fail(403, "Forbidden", message, details)
+
+
+def _claims_of(pod: dict[str, Any]) -> set[str]:
+    """The claim names the Node authorizer's graph links to a pod (graph.go, AddPod)."""
+    names = {
+        claim["resourceClaimName"]
+        for claim in pod["spec"].get("resourceClaims") or []
+        if claim.get("resourceClaimName")
+    }
+    for status in pod.get("status", {}).get("resourceClaimStatuses") or []:
+        if status.get("resourceClaimName"):
+            names.add(status["resourceClaimName"])
+    extended = pod.get("status", {}).get("extendedResourceClaimStatus") or {}
+    if extended.get("resourceClaimName"):
+        names.add(extended["resourceClaimName"])
+    return names
+
+
+def _key_of(collection: str, obj: dict[str, Any]) -> str:
+    metadata = obj["metadata"]
+    if collection == "resourceclaims":
+        return claim_key(metadata["namespace"], metadata["name"])
+    return str(metadata["name"])
+
+
+def _namespaced(stream: Iterator[bytes], namespace: str) -> Iterator[bytes]:
+    """A namespaced watch sees its namespace's objects only."""
+    for line in stream:
+        if namespace:
+            obj = json.loads(line)["object"]
+            if obj.get("kind") != "Status" and obj["metadata"].get("namespace") != namespace:
+                continue
+        yield line
+
+
+def _json_body(body: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except ValueError as error:
+        raise fail(400, "BadRequest", f"json: {error}") from None
+    if not isinstance(document, dict):
+        raise fail(400, "BadRequest", "the body must be a JSON object")
+    return document
+
+
+def _check_kind(collection: str, document: dict[str, Any]) -> None:
+    """The decoder's refusal of another kind or group version in the body."""
+    kind, version = document.get("kind"), document.get("apiVersion")
+    if version not in (None, API_VERSION):
+        message = (
+            f"the API version in the data ({version}) does not match the expected API "
+            f"version ({API_VERSION})"
+        )
+        raise fail(400, "BadRequest", message)
+    if kind not in (None, KINDS[collection]):
+        message = (
+            f"the kind in the data ({kind}) does not match the expected kind ({KINDS[collection]})"
+        )
+        raise fail(400, "BadRequest", message)

@@ -1,0 +1,308 @@
+"""The API server stand-in itself: lifecycle, the request pipeline (authentication, the
+injected failure, routing) and observing. Its parts are mixins: nodes.py (Nodes),
+resources.py (resource.k8s.io), scheduler.py (hooks for what other components do),
+kubeconfig.py (client configuration)."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from tests.standin.apiserver.authz import Authorizer, Rule
+from tests.standin.apiserver.certificates import CertificateAuthority, load_chain
+from tests.standin.apiserver.discovery import discovery
+from tests.standin.apiserver.kubeconfig import ClientConfigMixin
+from tests.standin.apiserver.nodes import NODE_PATH, NodesMixin
+from tests.standin.apiserver.resources import KINDS, ResourcesMixin
+from tests.standin.apiserver.scheduler import SchedulerMixin
+from tests.standin.apiserver.view import ApiServerView
+from tests.standin.apiserver.watch import History
+from tests.standin.apiserver.wire import (
+    LOG,
+    Fail,
+    Identity,
+    LoggedRequest,
+    Reply,
+    Server,
+    fail,
+)
+from tests.standin.kubelet import wait_for_view
+
+_BIND_TIMEOUT = 5.0  # start() retries this long while its port is taken
+
+
+def version_info(version: str) -> dict[str, str]:
+    major, minor = version.split(".")[:2]
+    return {
+        "major": major,
+        "minor": minor,
+        "gitVersion": f"v{major}.{minor}.0-standin",
+        "platform": "linux/amd64",
+    }
+
+
+class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigMixin):
+    """The API server, serving HTTPS on 127.0.0.1 on a port chosen at construction (or
+    given) and kept across stop/start: :attr:`url` and kubeconfigs are valid before the
+    first start.
+
+    ``resource_versions``: the versions of resource.k8s.io it serves (discovery.py);
+    ``watch_history``: how many changes a watch can start from (older: 410 Expired);
+    ``version``: what ``/version`` says.
+
+    Thread-safe: one lock (inside ``_cond``) guards all state, and ``_cond`` is notified at
+    every change, every request and every start and stop, so that :meth:`wait_for` wakes up.
+    """
+
+    def __init__(
+        self,
+        ca: CertificateAuthority | None = None,
+        *,
+        nodes: Iterable[str] = ("node-a",),
+        tokens: Mapping[str, bool] | None = None,
+        kubelet_sync: bool = True,
+        port: int = 0,
+        resource_versions: Iterable[str] = ("v1",),
+        watch_history: int = 1000,
+        version: str = "1.36",
+    ) -> None:
+        self.ca = ca or CertificateAuthority()
+        self.host = "127.0.0.1"
+        # Chosen now, so that kubeconfigs can be written before the first start: a client
+        # that starts before the API server gets "connection refused" from the right port.
+        self.port = port or _free_port(self.host)
+        self._kubelet_sync = kubelet_sync
+        self._resource_versions = tuple(resource_versions)
+        self._version_info = version_info(version)
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
+        load_chain(self.tls, self.ca.server_certificate())
+        self.tls.load_verify_locations(cadata=self.ca.cert_pem.decode())
+        self.tls.verify_mode = ssl.CERT_OPTIONAL
+        self.authorizer = Authorizer()
+        self._cond = threading.Condition()
+        # Guarded by _cond:
+        self._server: Server | None = None
+        self._thread: threading.Thread | None = None
+        self._generation = 0
+        self._revision = 0  # like etcd's: every change of any object gets the next one
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._objects = {collection: {} for collection in KINDS}
+        self._pods = {}
+        self._history = History(watch_history)
+        self._requests: list[LoggedRequest] = []
+        self._tls_failures: list[str] = []
+        self._failing: tuple[str, str] | None = None  # (method, path) answered with 500
+        for name in nodes:
+            self.add_node(name)
+        for token, allowed in (tokens or {}).items():
+            self.add_token(token, allowed=allowed)
+
+    @property
+    def running(self) -> bool:
+        with self._cond:
+            return self._server is not None
+
+    def __enter__(self) -> ApiServerStandin:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen on :attr:`port`, the same every time."""
+        with self._cond:
+            if self._server is not None:
+                raise RuntimeError("the API server stand-in is already running")
+            deadline = time.monotonic() + _BIND_TIMEOUT
+            while True:
+                try:
+                    server = Server((self.host, self.port), self)
+                    break
+                except OSError as error:
+                    # Briefly taken, e.g. as the local port of some outgoing connection.
+                    if error.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            self._server = server
+            self._generation += 1
+            self._thread = threading.Thread(
+                target=server.serve_forever, args=(0.05,), name="apiserver-standin", daemon=True
+            )
+            self._thread.start()
+            self._changed(f"API server listening on {self.url} (generation {self._generation})")
+
+    def stop(self) -> None:
+        """Stop listening and cut every open connection (watches end), as a dying API server
+        does. Idempotent; waits for every request thread."""
+        with self._cond:
+            server, thread = self._server, self._thread
+            if server is None or thread is None:
+                return
+            self._server = self._thread = None
+            self._changed("API server stopped")
+        server.shutdown()
+        thread.join()
+        server.close_connections()
+        server.server_close()  # joins the request threads
+
+    # --- test hooks ------------------------------------------------------------------------
+
+    def add_token(
+        self,
+        token: str,
+        *,
+        allowed: bool = True,
+        user: str | None = None,
+        rules: Iterable[Rule] | None = None,
+    ) -> None:
+        """Accept a bearer token: allowed everything, or nothing at all, or (``rules``) what
+        those RBAC rules allow, e.g. ``authz.DAEMONSET_RULES``."""
+        with self._cond:
+            self.authorizer.add_token(token, allowed=allowed, user=user, rules=rules)
+
+    def fail_requests(self, method: str, path: str) -> None:
+        """Answer every authenticated ``method`` request for ``path`` with 500, as a server
+        whose etcd times out does, until :meth:`stop_failing`: the writes before it stand, as
+        when the client crashes right there."""
+        with self._cond:
+            self._failing = (method, path)
+
+    def stop_failing(self) -> None:
+        with self._cond:
+            self._failing = None
+
+    # --- observing ---------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> tuple[LoggedRequest, ...]:
+        with self._cond:
+            return tuple(self._requests)
+
+    def snapshot(self) -> ApiServerView:
+        with self._cond:
+            return self._snapshot()
+
+    def wait_for(
+        self, predicate: Callable[[ApiServerView], bool], timeout: float = 20.0
+    ) -> ApiServerView:
+        """The first view for which ``predicate`` holds; AssertionError with the last one.
+
+        A predicate that raises LookupError (``view.capacity("node-b")`` before the node
+        exists, ``view.extended(node)[name]`` before the resource is there) counts as not
+        satisfied yet.
+        """
+        return wait_for_view(
+            self._cond, self._snapshot, predicate, timeout, "API server stand-in", "it has"
+        )
+
+    # --- serving (called from request threads) ----------------------------------------------
+
+    def handle(
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        peer_cert: Mapping[str, Any] | None,
+    ) -> Reply:
+        url = urlsplit(target)
+        content_type = headers.get("content-type")
+        identity: Identity | None = None
+        with self._cond:
+            try:
+                if method == "GET" and url.path == "/version":
+                    reply = Reply(200, dict(self._version_info))
+                else:
+                    identity = self.authorizer.authenticate(headers.get("authorization"), peer_cert)
+                    if self._failing == (method, url.path):
+                        message = "Internal error occurred: etcdserver: request timed out"
+                        raise fail(500, "InternalError", message, {})
+                    reply = self._route(method, url.path, url.query, content_type, body, identity)
+            except Fail as failure:
+                reply = failure.reply
+            self._requests.append(
+                LoggedRequest(
+                    method,
+                    url.path,
+                    url.query,
+                    content_type,
+                    identity.user if identity else None,
+                    reply.status,
+                    body,
+                    copy.deepcopy(reply.body),
+                    reply.error,
+                )
+            )
+            self._changed(str(self._requests[-1]))
+            return reply
+
+    def tls_failed(self, error: str) -> None:
+        with self._cond:
+            self._tls_failures.append(error)
+            self._changed(f"TLS handshake failed: {error}")
+
+    def _route(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        content_type: str | None,
+        body: bytes,
+        identity: Identity,
+    ) -> Reply:
+        if NODE_PATH.fullmatch(path):
+            return self._route_node(method, path, content_type, body, identity)
+        if method == "GET":
+            answer = discovery(path, self._resource_versions)
+            if answer is not None:
+                return answer
+        if path.startswith("/apis/resource.k8s.io/v1/"):
+            return self._route_resources(method, path, query, content_type, body, identity)
+        raise fail(404, "NotFound", "the server could not find the requested resource", {})
+
+    # --- state (caller holds the lock) -----------------------------------------------------
+
+    def _next_revision(self) -> str:
+        self._revision += 1
+        return str(self._revision)
+
+    def _current_revision(self) -> int:
+        return self._revision
+
+    def _serving(self) -> bool:
+        return self._server is not None
+
+    def _snapshot(self) -> ApiServerView:
+        return ApiServerView(
+            self._generation,
+            self._server is not None,
+            copy.deepcopy(self._nodes),
+            tuple(self._requests),
+            tuple(self._tls_failures),
+            copy.deepcopy(self._objects["resourceslices"]),
+            copy.deepcopy(self._objects["resourceclaims"]),
+            copy.deepcopy(self._objects["deviceclasses"]),
+            copy.deepcopy(self._pods),
+        )
+
+    def _changed(self, event: str) -> None:
+        self._cond.notify_all()
+        LOG.info("%s", event)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port

@@ -1,0 +1,315 @@
+"""Field validation of resource.k8s.io/v1 objects as the real server does it, with its field
+paths and words (pkg/apis/resource/validation/validation.go: ``ValidateResourceSlice``,
+``validateResourceSliceSpec``, ``validateResourcePool``, ``validatePoolName``,
+``validateDevice``, ``validateDeviceAttribute``, ``validateQualifiedName``; the driver name is
+``corevalidation.ValidateCSIDriverName``: at most 63 characters, a DNS subdomain once
+lowercased). Errors become one 422 ``Invalid`` status (apimachinery errors.NewInvalid): the
+message ``ResourceSlice.resource.k8s.io "<name>" is invalid: <error>`` (several errors in
+``[..., ...]``), each error also a cause with its ``field``.
+
+Limits (pkg/apis/resource/types.go): 128 devices per slice, 32 attributes plus capacities per
+device, attribute names ``<C identifier>`` or ``<DNS subdomain>/<C identifier>`` (domain at
+most 63, identifier at most 32), string and version values at most 64, pool names at most 253
+made of DNS subdomains joined by ``/``. Not checked: node selectors' contents, taints, shared
+counters, consumable capacity's request policies (the agent uses none of them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tests.standin.apiserver.quantities import canonical_quantity
+from tests.standin.apiserver.wire import Fail, fail
+
+MAX_DEVICES = 128
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_DRIVER_LENGTH = 63
+MAX_ID_LENGTH = 32
+MAX_VALUE_LENGTH = 64
+MAX_POOL_NAME_LENGTH = 253
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+_DNS_LABEL = re.compile(_LABEL)
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NUMBER = r"(0|[1-9]\d*)"
+_PRE = r"(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
+_SEMVER = re.compile(
+    rf"{_NUMBER}\.{_NUMBER}\.{_NUMBER}(-{_PRE}(\.{_PRE})*)?(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?"
+)
+_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_C_IDENTIFIER_MESSAGE = (
+    "a valid C identifier must start with alphabetic character or '_', followed by a string of "
+    "alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex used "
+    "for validation is '[A-Za-z_][A-Za-z0-9_]*')"
+)
+_ONE_OF = (
+    "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
+)
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One entry of a field.ErrorList."""
+
+    field: str
+    kind: str  # "Invalid value", "Required value", "Duplicate value", "Too long", "Too many"
+    value: Any = None
+    detail: str = ""
+    show_value: bool = True
+
+    def body(self) -> str:
+        text = self.kind
+        if self.show_value:
+            text += f": {_go_value(self.value)}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.body()}"
+
+
+def invalid(field: str, value: Any, detail: str) -> FieldError:
+    return FieldError(field, "Invalid value", value, detail)
+
+
+def required(field: str, detail: str = "") -> FieldError:
+    return FieldError(field, "Required value", detail=detail, show_value=False)
+
+
+def too_long(field: str, limit: int) -> FieldError:
+    detail = f"may not be more than {limit} bytes"
+    return FieldError(field, "Too long", detail=detail, show_value=False)
+
+
+def _go_value(value: Any) -> str:
+    """How field.Error prints a bad value: strings quoted, numbers bare, nil as null."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return "null" if value is None else json.dumps(value)
+
+
+_REASONS = {
+    "Invalid value": "FieldValueInvalid",
+    "Required value": "FieldValueRequired",
+    "Duplicate value": "FieldValueDuplicate",
+    "Too long": "FieldValueTooLong",
+    "Too many": "FieldValueTooMany",
+    "Forbidden": "FieldValueForbidden",
+}
+
+
+def invalid_object(kind: str, group: str, name: str, errors: list[FieldError]) -> Fail:
+    """apimachinery's errors.NewInvalid: 422 with every error as a cause."""
+    qualified = f"{kind}.{group}" if group else kind
+    shown = str(errors[0]) if len(errors) == 1 else f"[{', '.join(map(str, errors))}]"
+    causes = [
+        {"reason": _REASONS[error.kind], "message": error.body(), "field": error.field}
+        for error in errors
+    ]
+    details = {"name": name, "group": group, "kind": kind, "causes": causes}
+    return fail(422, "Invalid", f'{qualified} "{name}" is invalid: {shown}', details)
+
+
+def subdomain(value: str, field: str) -> list[FieldError]:
+    """IsDNS1123Subdomain."""
+    errors = []
+    if len(value) > 253:
+        errors.append(invalid(field, value, "must be no more than 253 characters"))
+    if not _SUBDOMAIN.fullmatch(value):
+        errors.append(invalid(field, value, _SUBDOMAIN_MESSAGE))
+    return errors
+
+
+def dns_label(value: str, field: str) -> list[FieldError]:
+    """IsDNS1123Label."""
+    errors = []
+    if len(value) > 63:
+        errors.append(invalid(field, value, "must be no more than 63 characters"))
+    if not _DNS_LABEL.fullmatch(value):
+        errors.append(invalid(field, value, _LABEL_MESSAGE))
+    return errors
+
+
+def driver_name(value: Any, field: str) -> list[FieldError]:
+    """ValidateCSIDriverName, which DRA reuses: upper case passes (with a warning)."""
+    value = value if isinstance(value, str) else ""
+    errors = [] if value else [required(field)]
+    if len(value) > MAX_DRIVER_LENGTH:
+        errors.append(
+            FieldError(field, "Too long", detail="may not be more than 63 bytes", show_value=False)
+        )
+    return errors + (subdomain(value.lower(), field) if value else [])
+
+
+def object_name(metadata: dict[str, Any], field: str = "metadata.name") -> list[FieldError]:
+    name = metadata.get("name")
+    if not name:
+        return [required(field, "name or generateName is required")]
+    return subdomain(name, field)
+
+
+def resource_slice(spec: Any, old: dict[str, Any] | None = None) -> list[FieldError]:
+    """validateResourceSliceSpec (``old``: the stored spec, for an update)."""
+    spec = spec if isinstance(spec, dict) else {}
+    errors = driver_name(spec.get("driver"), "spec.driver")
+    pool = spec.get("pool") if isinstance(spec.get("pool"), dict) else {}
+    errors += _pool(pool)
+    if old is not None:
+        for field, new_value, old_value in (
+            ("spec.pool.name", pool.get("name"), (old.get("pool") or {}).get("name")),
+            ("spec.driver", spec.get("driver"), old.get("driver")),
+            ("spec.nodeName", spec.get("nodeName"), old.get("nodeName")),
+        ):
+            if new_value != old_value:
+                errors.append(invalid(field, new_value, "field is immutable"))
+    errors += _placement(spec)
+    devices = spec.get("devices") or []
+    if len(devices) > MAX_DEVICES:
+        detail = f"must have at most {MAX_DEVICES} items"
+        return [*errors, FieldError("spec.devices", "Too many", len(devices), detail)]
+    seen: set[str] = set()
+    for index, device in enumerate(devices):
+        errors += _device(device if isinstance(device, dict) else {}, f"spec.devices[{index}]")
+        name = device.get("name") if isinstance(device, dict) else None
+        if isinstance(name, str) and name in seen:
+            errors.append(FieldError(f"spec.devices[{index}]", "Duplicate value", name))
+        seen.add(name if isinstance(name, str) else "")
+    return errors
+
+
+def _pool(pool: dict[str, Any]) -> list[FieldError]:
+    """validateResourcePool and validatePoolName."""
+    errors: list[FieldError] = []
+    name = pool.get("name") if isinstance(pool.get("name"), str) else ""
+    if not name:
+        errors.append(required("spec.pool.name"))
+    else:
+        if len(name) > MAX_POOL_NAME_LENGTH:
+            errors.append(too_long("spec.pool.name", MAX_POOL_NAME_LENGTH))
+        for part in name.split("/"):
+            errors += subdomain(part, "spec.pool.name")
+    count = pool.get("resourceSliceCount", 0)
+    if not isinstance(count, int) or count <= 0:
+        errors.append(invalid("spec.pool.resourceSliceCount", count, "must be greater than zero"))
+    generation = pool.get("generation", 0)
+    if not isinstance(generation, int) or generation < 0:
+        detail = "must be greater than or equal to zero"
+        errors.append(invalid("spec.pool.generation", generation, detail))
+    return errors
+
+
+def _placement(spec: dict[str, Any]) -> list[FieldError]:
+    """Exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection."""
+    errors: list[FieldError] = []
+    chosen = []
+    node_name = spec.get("nodeName")
+    if node_name is not None:
+        if node_name:
+            chosen.append("`nodeName`")
+            errors += subdomain(node_name, "spec.nodeName")
+        else:
+            detail = "must be either unset or set to a non-empty string"
+            errors.append(invalid("spec.nodeName", node_name, detail))
+    if spec.get("nodeSelector") is not None:
+        chosen.append("`nodeSelector`")
+    for key in ("allNodes", "perDeviceNodeSelection"):
+        if spec.get(key) is not None:
+            if spec[key] is True:
+                chosen.append(f"`{key}`")
+            else:
+                errors.append(
+                    invalid(f"spec.{key}", spec[key], "must be either unset or set to true")
+                )
+    if not chosen:
+        errors.append(required("spec", _ONE_OF))
+    elif len(chosen) > 1:
+        shown = "{" + ", ".join(chosen) + "}"
+        errors.append(invalid("spec", shown, f"{_ONE_OF}, but multiple fields are set"))
+    return errors
+
+
+def _device(device: dict[str, Any], path: str) -> list[FieldError]:
+    """validateDevice: a DNS label name, at most 32 attributes and capacities together."""
+    name = device.get("name") if isinstance(device.get("name"), str) else ""
+    errors = dns_label(name, f"{path}.name") if name else [required(f"{path}.name")]
+    attributes = device.get("attributes") or {}
+    capacity = device.get("capacity") or {}
+    total = len(attributes) + len(capacity)
+    if total > MAX_ATTRIBUTES_AND_CAPACITIES:
+        limit = MAX_ATTRIBUTES_AND_CAPACITIES
+        detail = f"the total number of attributes and capacities must not exceed {limit}"
+        errors.append(invalid(path, total, detail))
+    for key, value in attributes.items():
+        field = f"{path}.attributes[{key}]"
+        errors += _qualified_name(key, field) + _attribute(value, field)
+    for key, value in capacity.items():
+        field = f"{path}.capacity[{key}]"
+        errors += _qualified_name(key, field)
+        quantity = value.get("value") if isinstance(value, dict) else None
+        if canonical_quantity(quantity) is None:
+            detail = (
+                "quantities must match the regular expression "
+                "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            )
+            errors.append(invalid(f"{field}.value", quantity, detail))
+    return errors
+
+
+def _qualified_name(name: str, field: str) -> list[FieldError]:
+    """validateQualifiedName: ``<C identifier>`` or ``<domain>/<C identifier>``."""
+    parts = name.split("/")
+    if len(parts) == 1:
+        return _c_identifier(parts[0], field)
+    errors: list[FieldError] = []
+    if not parts[0]:
+        errors.append(invalid(field, "", "the domain must not be empty"))
+    else:
+        errors += driver_name(parts[0], field)
+    if not parts[1]:
+        errors.append(invalid(field, "", "the name must not be empty"))
+    else:
+        errors += _c_identifier(parts[1], field)
+    return errors
+
+
+def _c_identifier(value: str, field: str) -> list[FieldError]:
+    errors = [too_long(field, MAX_ID_LENGTH)] if len(value) > MAX_ID_LENGTH else []
+    if not _C_IDENTIFIER.fullmatch(value):
+        errors.append(invalid(field, value, _C_IDENTIFIER_MESSAGE))
+    return errors
+
+
+def _attribute(value: Any, field: str) -> list[FieldError]:
+    """validateDeviceAttribute: exactly one of int, bool, string, version."""
+    value = value if isinstance(value, dict) else {}
+    present = [key for key in ("int", "bool", "string", "version") if value.get(key) is not None]
+    errors: list[FieldError] = []
+    for key in ("string", "version"):
+        text = value.get(key)
+        if text is None:
+            continue
+        if key == "version" and not _SEMVER.fullmatch(str(text)):
+            detail = "must be a string compatible with semver.org spec 2.0.0"
+            errors.append(invalid(f"{field}.version", text, detail))
+        if len(str(text)) > MAX_VALUE_LENGTH:
+            errors.append(too_long(f"{field}.{key}", MAX_VALUE_LENGTH))
+    if not present:
+        errors.append(invalid(field, "", "exactly one value must be specified"))
+    elif len(present) > 1:
+        errors.append(invalid(field, value, "exactly one value must be specified"))
+    return errors

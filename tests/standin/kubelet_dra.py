@@ -1,0 +1,452 @@
+"""The kubelet's DRA manager (pkg/kubelet/cm/dra), for the kubelet stand-in: the handler of
+``DRAPlugin`` registrations, the ResourceSlice wipes, and the client of the plugins'
+``NodePrepareResources`` / ``NodeUnprepareResources``.
+
+Registration (plugin/dra_plugin_manager.go, 1.34+): ``ValidatePlugin`` and ``RegisterPlugin``
+choose the first of the plugin's ``supported_versions`` that the kubelet speaks (``"invalid
+supported gRPC versions of DRA driver plugin <driver> at endpoint <endpoint>: none of services
+supported by the plugin ([...]) are supported by the kubelet ([...])"``; an empty list: "empty
+list of supported gRPC services (aka supported versions)"). A kubelet of the 1.32 era
+(``dra_versions=("v1beta1.DRAPlugin",)``) chose by its own order instead (registration.go,
+``validateSupportedServices``) and fell back to its alpha service where this one refuses. The
+driver name and the endpoint are not checked (the real code does not); a second plugin of a
+driver may not take an endpoint already registered ("endpoint <e> already registered for DRA
+driver plugin <d>"). Several plugins of one driver may be registered at once (rolling
+update); calls go to the newest connected one, else the newest (``get``). A plugin is
+connected while its gRPC channel is READY (the real one's stats handler, ConnBegin/ConnEnd).
+
+Wipes (``wipeResourceSlices``): at start, every slice of the node (DeleteCollection with
+``fieldSelector=spec.nodeName=<node>``, after a GET of the Node), in the background; and
+``deregistration_grace`` (30 s, ``wipingDelay``) after a driver has no connected plugin left,
+that driver's slices (``spec.driver=<d>,spec.nodeName=<node>``) unless a plugin of it is
+connected again by then (``sync``). Failed wipes are retried after 1 s, doubling, up to 5 min.
+
+Calls (manager.go ``prepareResources``/``unprepareResources``, dra_plugin.go): one request per
+driver with the claims' namespace, uid and name, a 45 s deadline, the chosen version's method
+path. The kubelet's errors: "DRA driver <d> is not registered", "NodePrepareResources: <rpc
+error>", "NodePrepareResources failed for ResourceClaim <name>: <error>", "NodePrepareResources
+returned result for unknown claim UID <uid>", "NodePrepareResources skipped <n> ResourceClaims"
+(the last two are also protocol violations here: every claim needs exactly one entry).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import grpc
+
+from token_resource.protocol import dra_v1_pb2 as pb
+from token_resource.protocol.dra import method
+
+CALL_SECONDS = 45.0
+DEREGISTRATION_GRACE = 30.0
+KUBELET_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+WIPE_FIRST_RETRY = 1.0
+WIPE_LAST_RETRY = 300.0
+_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    """How the kubelet reaches the API server: its URL and the node's own credentials (PEM),
+    as in its kubeconfig."""
+
+    url: str
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    def request(self, verb: str, path: str, timeout: float = 10.0) -> tuple[int, Any]:
+        context = ssl.create_default_context(cadata=self.ca_pem.decode())
+        with tempfile.TemporaryDirectory(prefix="kubelet-standin-") as directory:
+            pair = Path(directory, "client.pem")
+            pair.write_bytes(self.cert_pem + self.key_pem)
+            context.load_cert_chain(pair)
+        host, _, port = self.url.removeprefix("https://").partition(":")
+        connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=timeout)
+        try:
+            connection.request(verb, path)
+            response = connection.getresponse()
+            return response.status, json.loads(response.read() or b"null")
+        finally:
+            connection.close()
+
+
+@dataclass(frozen=True)
+class PluginView:
+    endpoint: str
+    socket: str  # its registration socket
+    version: str  # the service chosen, e.g. "v1.DRAPlugin"
+    connected: bool
+
+
+@dataclass(frozen=True)
+class DraCall:
+    """One NodePrepareResources or NodeUnprepareResources as the kubelet made it."""
+
+    endpoint: str
+    claims: tuple[tuple[str, str, str], ...]  # (namespace, uid, name)
+    error: str | None  # the kubelet's error for the call, None if it succeeded
+
+
+@dataclass(frozen=True)
+class DriverView:
+    name: str
+    plugins: tuple[PluginView, ...] = ()  # in registration order
+    registrations: int = 0
+    deregistrations: int = 0
+    last_error: str | None = None  # of the latest refused registration
+    wipes: int = 0  # slice wipes done for this driver after its grace
+    prepares: tuple[DraCall, ...] = ()
+    unprepares: tuple[DraCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    devices: tuple[tuple[tuple[str, ...], str, str, tuple[str, ...]], ...] = ()
+    # (request names, pool, device, CDI device IDs) each
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """What the kubelet got: per claim UID the plugin's answer, and its own verdict."""
+
+    claims: Mapping[str, ClaimResult] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DraView:
+    drivers: Mapping[str, DriverView]
+    start_wipes: int  # node-wide wipes done at kubelet starts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "drivers": {n: asdict(d) for n, d in self.drivers.items()},
+            "start_wipes": self.start_wipes,
+        }
+
+
+@dataclass(eq=False)
+class _Plugin:
+    driver: str
+    endpoint: str
+    socket: Path
+    version: str
+    channel: grpc.Channel
+    connected: bool = False
+
+
+class DraManager:
+    """The DRAPlugin handler of the plugin watcher, under the kubelet stand-in's lock."""
+
+    def __init__(
+        self,
+        cond: threading.Condition,
+        changed: Callable[[str], None],
+        violation: Callable[[str], None],
+        *,
+        node: str,
+        apiserver: ApiAccess | None,
+        versions: Sequence[str] = KUBELET_VERSIONS,
+        grace: float = DEREGISTRATION_GRACE,
+    ) -> None:
+        self._cond, self._changed, self._violation = cond, changed, violation
+        self.node, self.apiserver = node, apiserver
+        self.versions, self.grace = tuple(versions), grace
+        # Guarded by cond:
+        self._plugins: dict[str, list[_Plugin]] = {}
+        self._drivers: dict[str, DriverView] = {}
+        self._start_wipes = 0
+        self._wipe_due: dict[str, float] = {}  # driver -> when its slices go
+        self._generation = 0  # bumped by stop(): background work of an old run ends
+        self._threads: list[threading.Thread] = []
+
+    # --- lifecycle (called with the lock NOT held) ---------------------------------------------
+
+    def start(self) -> None:
+        with self._cond:
+            self._generation += 1
+            generation = self._generation
+        self._spawn(lambda: self._wipe(None, generation), "kubelet-dra-start-wipe")
+        self._spawn(lambda: self._wiper(generation), "kubelet-dra-wiper")
+
+    def stop(self) -> None:
+        """The kubelet goes: every plugin registration is forgotten, pending wipes too."""
+        with self._cond:
+            self._generation += 1
+            plugins = [p for ps in self._plugins.values() for p in ps]
+            self._plugins.clear()
+            self._wipe_due.clear()
+            for name in list(self._drivers):
+                self._drivers[name] = replace(self._drivers[name], plugins=())
+            threads, self._threads = self._threads, []
+            self._changed("DRA manager stopped")
+        for plugin in plugins:
+            plugin.channel.close()
+        for thread in threads:
+            thread.join()
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name)
+        with self._cond:
+            self._threads.append(thread)
+        thread.start()
+
+    # --- the handler (the watcher's thread) ------------------------------------------------
+
+    def choose(self, versions: list[str]) -> tuple[str | None, str | None]:
+        """(chosen service, problem)."""
+        if not versions:
+            return None, "empty list of supported gRPC services (aka supported versions)"
+        if "v1.DRAPlugin" in self.versions:  # 1.34+: the plugin's order
+            chosen = next((v for v in versions if v in self.versions), None)
+        else:  # 1.32: the kubelet's own order
+            chosen = next((v for v in self.versions if v in versions), None)
+        if chosen is None:
+            return None, (
+                f"none of services supported by the plugin ({_go_list(versions)}) are "
+                f"supported by the kubelet ({_go_list(self.versions)})"
+            )
+        return chosen, None
+
+    def validate_plugin(self, name: str, endpoint: str, versions: list[str]) -> str | None:
+        problem = self.choose(versions)[1]
+        if problem is None:
+            return None
+        error = (
+            f"invalid supported gRPC versions of DRA driver plugin {name} at endpoint "
+            f"{endpoint}: {problem}"
+        )
+        with self._cond:
+            self._update(
+                name,
+                last_error=f"RegisterPlugin error -- plugin validation failed with err: {error}",
+            )
+        return error
+
+    def register_plugin(
+        self, name: str, endpoint: str, versions: list[str], socket: Path
+    ) -> str | None:
+        chosen = self.choose(versions)[0]
+        if chosen is None:
+            return self.validate_plugin(name, endpoint, versions)
+        with self._cond:
+            if any(p.endpoint == endpoint for p in self._plugins.get(name, [])):
+                error = f"endpoint {endpoint} already registered for DRA driver plugin {name}"
+                refused = f"RegisterPlugin error -- plugin registration failed with err: {error}"
+                self._update(name, last_error=refused)
+                return error
+            plugin = _Plugin(
+                name, endpoint, socket, chosen, grpc.insecure_channel(f"unix:{endpoint}")
+            )
+            self._plugins.setdefault(name, []).append(plugin)
+            view = self._drivers.get(name, DriverView(name))
+            self._update(name, registrations=view.registrations + 1)
+            self._sync(name)
+            self._changed(f"DRA driver {name}: plugin at {endpoint} registered ({chosen})")
+        plugin.channel.subscribe(
+            lambda state: self._connectivity(plugin, state), try_to_connect=True
+        )
+        return None
+
+    def deregister_plugin(self, name: str, endpoint: str, socket: Path) -> None:
+        with self._cond:
+            plugins = self._plugins.get(name, [])
+            gone = [p for p in plugins if p.endpoint == endpoint]
+            self._plugins[name] = [p for p in plugins if p.endpoint != endpoint]
+            if not gone:
+                return
+            view = self._drivers[name]
+            self._update(name, deregistrations=view.deregistrations + 1)
+            self._sync(name)
+            self._changed(f"DRA driver {name}: plugin at {endpoint} deregistered")
+        for plugin in gone:
+            plugin.channel.close()
+
+    def _connectivity(self, plugin: _Plugin, state: grpc.ChannelConnectivity) -> None:
+        with self._cond:
+            connected = state == grpc.ChannelConnectivity.READY
+            if plugin.connected == connected or plugin not in self._plugins.get(plugin.driver, []):
+                return
+            plugin.connected = connected
+            self._update(plugin.driver)
+            self._sync(plugin.driver)
+            self._changed(f"DRA driver {plugin.driver}: {plugin.endpoint} connected={connected}")
+
+    # --- wipes --------------------------------------------------------------------------------
+
+    def _sync(self, driver: str) -> None:
+        """Caller holds the lock: a usable driver cancels its wipe, else one is due."""
+        if self.apiserver is None:
+            return
+        if any(p.connected for p in self._plugins.get(driver, [])):
+            self._wipe_due.pop(driver, None)
+        elif driver not in self._wipe_due:
+            self._wipe_due[driver] = time.monotonic() + self.grace
+        self._cond.notify_all()
+
+    def _wiper(self, generation: int) -> None:
+        while True:
+            with self._cond:
+                while self._generation == generation:
+                    now = time.monotonic()
+                    due = [d for d, when in self._wipe_due.items() if when <= now]
+                    if due:
+                        break
+                    waits = [when - now for when in self._wipe_due.values()]
+                    self._cond.wait(min(waits) if waits else None)
+                if self._generation != generation:
+                    return
+                for driver in due:
+                    del self._wipe_due[driver]
+            for driver in due:
+                self._wipe(driver, generation)
+
+    def _wipe(self, driver: str | None, generation: int) -> None:
+        """DeleteCollection of the node's (driver's) slices, retried until it succeeds."""
+        if self.apiserver is None:
+            return
+        selector = f"spec.nodeName={self.node}"
+        if driver is not None:
+            selector = f"spec.driver={driver},{selector}"
+        delay = WIPE_FIRST_RETRY
+        while True:
+            error = self._try_wipe(selector)
+            with self._cond:
+                if self._generation != generation:
+                    return
+                if error is None:
+                    if driver is None:
+                        self._start_wipes += 1
+                    else:
+                        self._update(driver, wipes=self._drivers[driver].wipes + 1)
+                    self._changed(f"ResourceSlices deleted ({selector})")
+                    return
+                self._changed(f"deleting ResourceSlices ({selector}) failed: {error}")
+                self._cond.wait_for(lambda: self._generation != generation, delay)
+            delay = min(delay * 2, WIPE_LAST_RETRY)
+
+    def _try_wipe(self, selector: str) -> str | None:
+        assert self.apiserver is not None
+        try:
+            status, body = self.apiserver.request("GET", f"/api/v1/nodes/{self.node}")
+            if status == 200:
+                path = f"{_SLICES}?fieldSelector={quote(selector)}"
+                status, body = self.apiserver.request("DELETE", path)
+        except (OSError, ValueError) as error:
+            return str(error)
+        if status in (200, 404):
+            return None
+        return f"{status}: {body.get('message') if isinstance(body, dict) else body}"
+
+    # --- calls ----------------------------------------------------------------------------
+
+    def call(
+        self, name: str, driver: str, claims: Sequence[tuple[str, str, str]], timeout: float
+    ) -> CallResult:
+        """NodePrepareResources or NodeUnprepareResources, as the kubelet's manager does."""
+        with self._cond:
+            plugins = self._plugins.get(driver, [])
+            connected = [p for p in plugins if p.connected]
+            chosen = connected or plugins
+        if not chosen:
+            return self._record(
+                name, driver, "", claims, CallResult(error=f"DRA driver {driver} is not registered")
+            )
+        plugin = chosen[-1]
+        prepare = name == "NodePrepareResources"
+        request_type = (
+            pb.NodePrepareResourcesRequest if prepare else pb.NodeUnprepareResourcesRequest
+        )
+        response_type = (
+            pb.NodePrepareResourcesResponse if prepare else pb.NodeUnprepareResourcesResponse
+        )
+        request = request_type(
+            claims=[pb.Claim(namespace=ns, uid=uid, name=claim) for ns, uid, claim in claims]
+        )
+        rpc = plugin.channel.unary_unary(
+            method(plugin.version, name), request_type.SerializeToString, response_type.FromString
+        )
+        try:
+            response = rpc(request, timeout=timeout)
+        except grpc.RpcError as failure:
+            failed = CallResult(error=f"{name}: {_rpc_error(failure)}")
+            return self._record(name, driver, plugin.endpoint, claims, failed)
+        results: dict[str, ClaimResult] = {}
+        error: str | None = None
+        names = {uid: claim for _, uid, claim in claims}
+        for uid, answer in response.claims.items():
+            devices = tuple(
+                (tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+                for d in getattr(answer, "devices", ())
+            )
+            results[uid] = ClaimResult(devices, answer.error)
+            if uid not in names:
+                error = error or f"{name} returned result for unknown claim UID {uid}"
+                self._violate(f"{driver}: {name} answered for unknown claim UID {uid}")
+            elif answer.error:
+                error = error or f"{name} failed for ResourceClaim {names[uid]}: {answer.error}"
+        missing = [uid for uid in names if uid not in response.claims]
+        if missing and error is None:
+            error = f"{name} skipped {len(missing)} ResourceClaims"
+        if missing:
+            self._violate(f"{driver}: {name} left out claims {missing}")
+        return self._record(name, driver, plugin.endpoint, claims, CallResult(results, error))
+
+    def _record(
+        self,
+        name: str,
+        driver: str,
+        endpoint: str,
+        claims: Sequence[tuple[str, str, str]],
+        result: CallResult,
+    ) -> CallResult:
+        call = DraCall(endpoint, tuple(claims), result.error)
+        with self._cond:
+            view = self._drivers.get(driver, DriverView(driver))
+            if name == "NodePrepareResources":
+                self._drivers[driver] = replace(view, prepares=(*view.prepares, call))
+            else:
+                self._drivers[driver] = replace(view, unprepares=(*view.unprepares, call))
+            self._changed(f"DRA driver {driver}: {name} {list(claims)} -> {result.error or 'ok'}")
+        return result
+
+    def _violate(self, text: str) -> None:
+        with self._cond:
+            self._violation(text)
+
+    # --- state (caller holds the lock) ------------------------------------------------------
+
+    def _update(self, driver: str, **changes: Any) -> None:
+        view = self._drivers.get(driver, DriverView(driver))
+        plugins = tuple(
+            PluginView(p.endpoint, str(p.socket), p.version, p.connected)
+            for p in self._plugins.get(driver, [])
+        )
+        self._drivers[driver] = replace(view, plugins=plugins, **changes)
+
+    def snapshot(self) -> DraView:
+        return DraView(dict(self._drivers), self._start_wipes)
+
+
+def _go_list(items: Sequence[str]) -> str:
+    """Go's %q of a []string: ["a" "b"]."""
+    return "[" + " ".join(json.dumps(item) for item in items) + "]"
+
+
+def _rpc_error(error: grpc.RpcError) -> str:
+    """As grpc-go prints a status."""
+    code = "".join(word.capitalize() for word in error.code().name.split("_"))
+    return f"rpc error: code = {code} desc = {error.details()}"

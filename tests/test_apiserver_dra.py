@@ -1,0 +1,452 @@
+"""The API server stand-in serves resource.k8s.io/v1 as a 1.36 server does, with the Node
+authorizer's, NodeRestriction's and RBAC's refusals. The client is Python's own http.client."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.standin.apiserver import (
+    DAEMONSET_RULES,
+    EXTENDED_CLAIM_ANNOTATION,
+    MERGE_PATCH,
+    ApiServerStandin,
+    CertificateAuthority,
+    KeyPair,
+    client_context,
+)
+
+NODE, OTHER = "node-a", "node-b"
+DRIVER = "tokens.example.com"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+ADMIN, DAEMONSET, NOTHING = "admin-token", "daemonset-token", "nothing-token"
+SA_USER = "system:serviceaccount:kube-system:token-resource"
+TIMEOUT = 20.0
+
+
+@pytest.fixture
+def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
+    standin = ApiServerStandin(ca, nodes=(NODE, OTHER), tokens={ADMIN: True, NOTHING: False})
+    standin.add_token(DAEMONSET, rules=DAEMONSET_RULES, user=SA_USER)
+    with standin:
+        yield standin
+
+
+class Client:
+    """One HTTPS connection with fixed credentials."""
+
+    def __init__(
+        self, server: ApiServerStandin, certificate: KeyPair | None = None, token: str = ""
+    ) -> None:
+        self.server, self.token = server, token
+        self.context = client_context(server.ca, certificate)
+        self.connection = self._connect()
+
+    def _connect(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(
+            self.server.host, self.server.port, context=self.context, timeout=TIMEOUT
+        )
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
+        headers = {"Content-Type": content_type}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None if body is None else json.dumps(body)
+        self.connection.request(method, path, data, headers)
+        response = self.connection.getresponse()
+        return response.status, json.loads(response.read())
+
+    def watch(self, query: str) -> Iterator[dict[str, Any]]:
+        """The events of a watch, read as they come (a connection of its own)."""
+        connection = self._connect()
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            connection.request("GET", f"{SLICES}?watch=true&{query}", headers=headers)
+            response = connection.getresponse()
+            assert response.status == 200
+            assert response.getheader("Transfer-Encoding") == "chunked"
+            while line := response.readline():
+                yield json.loads(line)
+        finally:
+            connection.close()
+
+
+@pytest.fixture
+def clients(apiserver: ApiServerStandin) -> Iterator[dict[str, Client]]:
+    made = {
+        "node": Client(apiserver, apiserver.ca.node_certificate(NODE)),
+        "other": Client(apiserver, apiserver.ca.node_certificate(OTHER)),
+        "admin": Client(apiserver, token=ADMIN),
+        "daemonset": Client(apiserver, token=DAEMONSET),
+        "nothing": Client(apiserver, token=NOTHING),
+    }
+    yield made
+    for client in made.values():
+        client.close()
+
+
+def a_slice(
+    name: str = "", node: str = NODE, count: int = 2, generation: int = 0, **spec: Any
+) -> dict[str, Any]:
+    metadata = {"name": name} if name else {"generateName": f"{node}-{DRIVER}-"}
+    body: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": metadata,
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"token-{i}",
+                    "attributes": {
+                        "resource": {"string": "example.com/token"},
+                        "id": {"int": i},
+                    },
+                }
+                for i in range(count)
+            ],
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def mine(node: str = NODE) -> str:
+    return f"{SLICES}?fieldSelector=" + quote(f"spec.nodeName={node}")
+
+
+def test_a_node_creates_lists_updates_and_deletes_its_slices(clients: dict[str, Client]) -> None:
+    node = clients["node"]
+    status, created = node.request("POST", SLICES, a_slice())
+    assert status == 201, created
+    name = created["metadata"]["name"]
+    assert name.startswith(f"{NODE}-{DRIVER}-")
+    assert len(name) == len(f"{NODE}-{DRIVER}-") + 5
+    assert created["metadata"]["generation"] == 1
+    assert created["metadata"]["uid"]
+    status, listed = node.request("GET", mine())
+    assert (status, listed["kind"]) == (200, "ResourceSliceList")
+    assert [item["metadata"]["name"] for item in listed["items"]] == [name]
+    assert "kind" not in listed["items"][0]
+    changed = {**created, "spec": {**created["spec"], "devices": created["spec"]["devices"][:1]}}
+    status, updated = node.request("PUT", f"{SLICES}/{name}", changed)
+    assert status == 200, updated
+    assert updated["metadata"]["generation"] == 2
+    assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    status, stale = node.request("PUT", f"{SLICES}/{name}", changed)  # the old resourceVersion
+    assert (status, stale["reason"]) == (409, "Conflict"), stale
+    assert "the object has been modified" in stale["message"]
+    status, again = node.request("PUT", f"{SLICES}/{name}", updated)  # no change at all
+    assert status == 200
+    assert again["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"]
+    status, patched = node.request(
+        "PATCH", f"{SLICES}/{name}", {"metadata": {"labels": {"a": "b"}}}, MERGE_PATCH
+    )
+    assert (status, patched["metadata"]["labels"]) == (200, {"a": "b"}), patched
+    status, deleted = node.request("DELETE", f"{SLICES}/{name}")
+    assert (status, deleted["status"], deleted["details"]["name"]) == (200, "Success", name)
+    assert node.request("GET", mine())[1]["items"] == []
+
+
+def test_deletecollection_deletes_what_the_selector_matches(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    admin = clients["admin"]
+    for node in (NODE, NODE, OTHER):
+        assert admin.request("POST", SLICES, a_slice(node=node))[0] == 201
+    status, gone = clients["node"].request("DELETE", mine())
+    assert (status, len(gone["items"])) == (200, 2)
+    view = apiserver.snapshot()
+    assert [s["spec"]["nodeName"] for s in view.slices_of()] == [OTHER]
+    query = f"{SLICES}?fieldSelector=" + quote(f"spec.driver={DRIVER},spec.nodeName={OTHER}")
+    assert len(clients["other"].request("DELETE", query)[1]["items"]) == 1
+    status, body = admin.request("GET", f"{SLICES}?fieldSelector=spec.colour%3Dred")
+    assert (status, body["message"]) == (400, "field label not supported: spec.colour")
+
+
+def test_the_node_authorizer_and_noderestriction_refuse_other_nodes_slices(
+    clients: dict[str, Client],
+) -> None:
+    node, other = clients["node"], clients["other"]
+    status, body = node.request("POST", SLICES, a_slice(name="theirs", node=OTHER))
+    assert status == 403
+    assert body["message"] == (
+        'resourceslices.resource.k8s.io "theirs" is forbidden: can only create ResourceSlice '
+        "with the same NodeName as the requesting node"
+    )
+    assert other.request("POST", SLICES, a_slice(name="theirs", node=OTHER))[0] == 201
+    for method in ("GET", "DELETE"):
+        status, body = node.request(method, f"{SLICES}/theirs")
+        assert status == 403, body
+        verb = method.lower()
+        assert body["message"] == (
+            f'resourceslices.resource.k8s.io "theirs" is forbidden: User "system:node:{NODE}" '
+            f'cannot {verb} resource "resourceslices" in API group "resource.k8s.io" at the '
+            f"cluster scope: no relationship found between node '{NODE}' and this object"
+        )
+    # A slice that does not exist is no different: authorization comes first.
+    assert node.request("GET", f"{SLICES}/missing")[0] == 403
+    for path in (SLICES, mine(OTHER)):
+        status, body = node.request("GET", path)
+        assert status == 403
+        assert body["message"].endswith(
+            "can only list/watch/deletecollection resourceslices with nodeName field selector"
+        )
+    assert node.request("DELETE", SLICES)[0] == 403
+
+
+def test_a_slice_cannot_move_to_another_node(clients: dict[str, Client]) -> None:
+    node = clients["node"]
+    created = node.request("POST", SLICES, a_slice(name="mine"))[1]
+    moved = {**created, "spec": {**created["spec"], "nodeName": OTHER}}
+    status, body = node.request("PUT", f"{SLICES}/mine", moved)
+    assert (status, body["reason"]) == (422, "Invalid"), body
+    causes = {cause["field"]: cause["message"] for cause in body["details"]["causes"]}
+    assert causes == {"spec.nodeName": f'Invalid value: "{OTHER}": field is immutable'}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
+        ({"driver": "Not_A_Domain!"}, "spec.driver", "a lowercase RFC 1123 subdomain"),
+        ({"driver": "a" * 64}, "spec.driver", "Too long: may not be more than 63 bytes"),
+        ({"pool": {"name": "", "resourceSliceCount": 1}}, "spec.pool.name", "Required value"),
+        ({"pool": {"name": "a/B", "resourceSliceCount": 1}}, "spec.pool.name", "subdomain"),
+        (
+            {"pool": {"name": "p", "resourceSliceCount": 0}},
+            "spec.pool.resourceSliceCount",
+            "Invalid value: 0: must be greater than zero",
+        ),
+        (
+            {"pool": {"name": "p", "generation": -1, "resourceSliceCount": 1}},
+            "spec.pool.generation",
+            "Invalid value: -1: must be greater than or equal to zero",
+        ),
+        ({"allNodes": True}, "spec", "but multiple fields are set"),
+        ({"devices": [{"name": "Token_0"}]}, "spec.devices[0].name", "RFC 1123 label"),
+        (
+            {"devices": [{"name": "t"}, {"name": "t"}]},
+            "spec.devices[1]",
+            'Duplicate value: "t"',
+        ),
+        (
+            {"devices": [{"name": f"t{i}"} for i in range(129)]},
+            "spec.devices",
+            "Too many: 129: must have at most 128 items",
+        ),
+        (
+            {"devices": [{"name": "t", "attributes": {f"a{i}": {"int": i} for i in range(33)}}]},
+            "spec.devices[0]",
+            "the total number of attributes and capacities must not exceed 32",
+        ),
+        (
+            {"devices": [{"name": "t", "attributes": {"a": {"int": 1, "bool": True}}}]},
+            "spec.devices[0].attributes[a]",
+            "exactly one value must be specified",
+        ),
+        (
+            {"devices": [{"name": "t", "attributes": {"9lives": {"int": 1}}}]},
+            "spec.devices[0].attributes[9lives]",
+            "a valid C identifier",
+        ),
+        (
+            {"devices": [{"name": "t", "attributes": {"v": {"version": "1.0"}}}]},
+            "spec.devices[0].attributes[v].version",
+            "semver.org spec 2.0.0",
+        ),
+    ],
+)
+def test_slice_validation_has_the_real_field_paths(
+    clients: dict[str, Client], spec: dict[str, Any], field: str, message: str
+) -> None:
+    status, body = clients["node"].request("POST", SLICES, a_slice(name="bad", **spec))
+    assert (status, body["reason"]) == (422, "Invalid"), body
+    assert body["message"].startswith('ResourceSlice.resource.k8s.io "bad" is invalid: ')
+    causes = [c for c in body["details"]["causes"] if c["field"] == field]
+    assert causes, body["details"]["causes"]
+    assert message in causes[0]["message"]
+
+
+def test_exactly_one_placement_is_required(clients: dict[str, Client]) -> None:
+    body = a_slice(name="nowhere")
+    del body["spec"]["nodeName"]
+    status, answer = clients["admin"].request("POST", SLICES, body)
+    assert status == 422
+    assert answer["details"]["causes"] == [
+        {
+            "reason": "FieldValueRequired",
+            "message": "Required value: exactly one of `nodeName`, `nodeSelector`, "
+            "`allNodes`, `perDeviceNodeSelection` is required",
+            "field": "spec",
+        }
+    ]
+
+
+def test_watch_sends_events_in_order_and_ends_at_its_timeout(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    node = clients["node"]
+    first = node.request("POST", SLICES, a_slice(name="one"))[1]
+    events: list[dict[str, Any]] = []
+    started = threading.Event()
+
+    def read() -> None:
+        query = "fieldSelector=" + quote(f"spec.nodeName={NODE}") + "&timeoutSeconds=5"
+        for event in node.watch(query):
+            events.append(event)
+            started.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert started.wait(TIMEOUT)  # the initial ADDED of "one"
+    node.request("POST", SLICES, a_slice(name="two"))
+    clients["other"].request("POST", SLICES, a_slice(name="elsewhere", node=OTHER))
+    apiserver.delete_slices(node=NODE)
+    reader.join(TIMEOUT)  # ends by itself at timeoutSeconds
+    assert not reader.is_alive()
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "one"),
+        ("ADDED", "two"),
+        ("DELETED", "one"),
+        ("DELETED", "two"),
+    ]
+    revisions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+    assert revisions == sorted(revisions)
+    assert revisions[0] == int(first["metadata"]["resourceVersion"])
+
+
+def test_watch_from_a_compacted_version_is_410_expired(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    old = clients["admin"].request("POST", SLICES, a_slice(name="one"))[1]
+    clients["admin"].request("DELETE", f"{SLICES}/one")
+    apiserver.compact()
+    rv = old["metadata"]["resourceVersion"]
+    events = list(clients["admin"].watch(f"resourceVersion={rv}&timeoutSeconds=5"))
+    assert [event["type"] for event in events] == ["ERROR"]
+    assert (events[0]["object"]["code"], events[0]["object"]["reason"]) == (410, "Expired")
+    assert events[0]["object"]["message"].startswith(f"too old resource version: {rv} (")
+
+
+def test_claims_are_visible_to_the_node_that_runs_the_pod_only(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    claim = apiserver.allocate_claim(
+        "default",
+        "tokens",
+        pod="app",
+        node=NODE,
+        driver=DRIVER,
+        results=[("tokens", NODE, "token-0"), ("tokens", NODE, "token-1")],
+    )
+    path = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/tokens"
+    status, got = clients["node"].request("GET", path)
+    assert (status, got["metadata"]["uid"]) == (200, claim["metadata"]["uid"])
+    results = got["status"]["allocation"]["devices"]["results"]
+    assert [(r["driver"], r["pool"], r["device"]) for r in results] == [
+        (DRIVER, NODE, "token-0"),
+        (DRIVER, NODE, "token-1"),
+    ]
+    assert got["status"]["reservedFor"][0]["name"] == "app"
+    status, body = clients["other"].request("GET", path)
+    assert status == 403
+    assert body["message"] == (
+        'resourceclaims.resource.k8s.io "tokens" is forbidden: User "system:node:node-b" '
+        'cannot get resource "resourceclaims" in API group "resource.k8s.io" in the namespace '
+        "\"default\": no relationship found between node 'node-b' and this object"
+    )
+    status, body = clients["node"].request("GET", path.rsplit("/", 1)[0])
+    assert status == 403
+    assert body["message"].endswith("can only get individual resources of this type")
+    apiserver.delete_claim("default", "tokens")  # the pod still references it: 404, not 403
+    assert clients["node"].request("GET", path)[0] == 404
+    assert clients["daemonset"].request("GET", path)[0] == 404
+
+
+def test_the_extended_resource_bridge_names_the_claim_in_the_pod(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    claim = apiserver.allocate_claim(
+        "default",
+        None,
+        pod="plain",
+        node=NODE,
+        driver=DRIVER,
+        results=[("container-0-request-0", NODE, "token-0")],
+        extended_resource="example.com/token",
+    )
+    name = claim["metadata"]["name"]
+    assert name.startswith("plain-extended-resources-")
+    assert claim["metadata"]["annotations"] == {EXTENDED_CLAIM_ANNOTATION: "true"}
+    pod = apiserver.snapshot().pods["default/plain"]
+    assert pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == name
+    path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}"
+    assert clients["node"].request("GET", path)[0] == 200
+    assert clients["other"].request("GET", path)[0] == 403
+
+
+def test_rbac_gives_a_token_its_cluster_role_and_nothing_more(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    daemonset = clients["daemonset"]
+    assert daemonset.request("POST", SLICES, a_slice(node=OTHER))[0] == 201  # RBAC: any node
+    assert daemonset.request("GET", SLICES)[0] == 200
+    classes = "/apis/resource.k8s.io/v1/deviceclasses"
+    status, body = daemonset.request("POST", classes, {"metadata": {"name": "x"}, "spec": {}})
+    assert status == 403
+    assert body["message"] == (
+        f'deviceclasses.resource.k8s.io is forbidden: User "{SA_USER}" cannot create resource '
+        '"deviceclasses" in API group "resource.k8s.io" at the cluster scope'
+    )
+    assert clients["nothing"].request("GET", SLICES)[0] == 403
+    assert clients["node"].request("POST", classes, {"metadata": {"name": "x"}})[0] == 403
+    apiserver.add_device_class("tokens", DRIVER, extended_resource_name="example.com/token")
+    status, listed = clients["admin"].request("GET", classes)
+    assert status == 200
+    assert listed["items"][0]["spec"]["extendedResourceName"] == "example.com/token"
+
+
+def test_discovery_shows_resource_k8s_io_v1_only_where_served(ca: CertificateAuthority) -> None:
+    for versions, v1 in ((("v1",), 200), (("v1beta1", "v1beta2"), 404), ((), 404)):
+        with ApiServerStandin(ca, tokens={ADMIN: True}, resource_versions=versions) as server:
+            client = Client(server, token=ADMIN)
+            try:
+                groups = client.request("GET", "/apis")[1]["groups"]
+                assert [g["name"] for g in groups] == (["resource.k8s.io"] if versions else [])
+                status, group = client.request("GET", "/apis/resource.k8s.io")
+                assert status == (200 if versions else 404)
+                if versions:
+                    assert [v["version"] for v in group["versions"]] == list(versions)
+                status, resources = client.request("GET", "/apis/resource.k8s.io/v1")
+                assert status == v1
+                if v1 == 200:
+                    names = {r["name"] for r in resources["resources"]}
+                    assert {"resourceslices", "resourceclaims", "deviceclasses"} <= names
+                assert client.request("GET", SLICES)[0] == v1
+            finally:
+                client.close()
+
+
+def test_fail_requests_covers_the_new_paths(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    apiserver.fail_requests("POST", SLICES)
+    assert clients["node"].request("POST", SLICES, a_slice())[0] == 500
+    apiserver.stop_failing()
+    assert clients["node"].request("POST", SLICES, a_slice())[0] == 201
+    pools = apiserver.snapshot().pools(NODE, DRIVER)
+    assert pools[NODE].complete
+    assert pools[NODE].devices == ("token-0", "token-1")

@@ -1,0 +1,452 @@
+"""The kubelet stand-in's DRA side follows the real kubelet's plugin watcher and DRA manager,
+proved against a small fake plugin (Registration and DRAPlugin over real unix sockets) and the
+API-server stand-in over real HTTPS."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.paths import short_temporary_directory
+from tests.standin.apiserver import ApiServerStandin, CertificateAuthority
+from tests.standin.kubelet import KubeletStandin, KubeletView
+from tests.standin.kubelet_dra import ApiAccess
+from token_resource.protocol import dra_v1_pb2 as dra_pb
+from token_resource.protocol import pluginregistration_pb2 as reg_pb
+from token_resource.protocol.dra import SERVICES
+from token_resource.protocol.pluginregistration import DRA_PLUGIN_TYPE, REGISTRATION_SERVICE
+
+NODE = "node-a"
+DRIVER = "tokens.example.com"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+TIMEOUT = 30.0
+
+
+class FakeDraPlugin:
+    """A DRA driver's kubelet plugin: Registration on ``<registry>/<name>``, DRAPlugin on
+    ``dra.sock`` in its own directory; answers prepares with one device per claim."""
+
+    def __init__(
+        self,
+        registry: Path,
+        directory: Path,
+        *,
+        name: str = "reg.sock",
+        driver: str = DRIVER,
+        versions: Sequence[str] = ("v1.DRAPlugin", "v1beta1.DRAPlugin"),
+        plugin_type: str = DRA_PLUGIN_TYPE,
+        skip_claims: bool = False,
+    ) -> None:
+        self.endpoint = directory / "dra.sock"
+        self.socket = registry / name
+        self.driver, self.versions, self.plugin_type = driver, tuple(versions), plugin_type
+        self.skip_claims = skip_claims
+        self.statuses: list[tuple[bool, str]] = []
+        self.prepared: list[tuple[str, list[str]]] = []  # (method path, claim UIDs)
+        self._cond = threading.Condition()
+        self._executor = ThreadPoolExecutor(4)
+        self._dra = grpc.server(self._executor, handlers=self._dra_handlers())
+        self._dra.add_insecure_port(f"unix:{self.endpoint}")
+        self._dra.start()
+        self._registration = grpc.server(self._executor, handlers=[self._handler()])
+        self._registration.add_insecure_port(f"unix:{self.socket}")
+        self._registration.start()
+
+    def stop(self, *, remove_socket: bool = True) -> None:
+        self._registration.stop(None).wait()
+        self._dra.stop(None).wait()
+        if remove_socket:
+            self.socket.unlink(missing_ok=True)
+        self._executor.shutdown(wait=True)
+
+    def wait_status(self, count: int = 1) -> tuple[bool, str]:
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self.statuses) >= count, TIMEOUT), self.statuses
+            return self.statuses[count - 1]
+
+    def _handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        return grpc.method_handlers_generic_handler(
+            REGISTRATION_SERVICE,
+            {
+                "GetInfo": grpc.unary_unary_rpc_method_handler(
+                    self._get_info,
+                    request_deserializer=reg_pb.InfoRequest.FromString,
+                    response_serializer=reg_pb.PluginInfo.SerializeToString,
+                ),
+                "NotifyRegistrationStatus": grpc.unary_unary_rpc_method_handler(
+                    self._notify,
+                    request_deserializer=reg_pb.RegistrationStatus.FromString,
+                    response_serializer=reg_pb.RegistrationStatusResponse.SerializeToString,
+                ),
+            },
+        )
+
+    def _get_info(self, request: reg_pb.InfoRequest, context: grpc.ServicerContext) -> Any:
+        return reg_pb.PluginInfo(
+            type=self.plugin_type,
+            name=self.driver,
+            endpoint=str(self.endpoint),
+            supported_versions=self.versions,
+        )
+
+    def _notify(self, request: reg_pb.RegistrationStatus, context: grpc.ServicerContext) -> Any:
+        with self._cond:
+            self.statuses.append((request.plugin_registered, request.error))
+            self._cond.notify_all()
+        return reg_pb.RegistrationStatusResponse()
+
+    def _dra_handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
+        """Both versions' DRAPlugin, each call recorded with its full method path."""
+        handlers = []
+        for service in SERVICES.values():
+            methods = {}
+            for name, call, request_type, response_type in (
+                (
+                    "NodePrepareResources",
+                    self._prepare,
+                    dra_pb.NodePrepareResourcesRequest,
+                    dra_pb.NodePrepareResourcesResponse,
+                ),
+                (
+                    "NodeUnprepareResources",
+                    self._unprepare,
+                    dra_pb.NodeUnprepareResourcesRequest,
+                    dra_pb.NodeUnprepareResourcesResponse,
+                ),
+            ):
+                path = f"/{service}/{name}"
+                methods[name] = grpc.unary_unary_rpc_method_handler(
+                    lambda request, context, call=call, path=path: call(path, request),
+                    request_deserializer=request_type.FromString,
+                    response_serializer=response_type.SerializeToString,
+                )
+            handlers.append(grpc.method_handlers_generic_handler(service, methods))
+        return handlers
+
+    def _prepare(self, path: str, request: Any) -> Any:
+        self.prepared.append((path, [claim.uid for claim in request.claims]))
+        claims = list(request.claims)[: -1 if self.skip_claims else None]
+        return dra_pb.NodePrepareResourcesResponse(
+            claims={
+                claim.uid: dra_pb.NodePrepareResourceResponse(
+                    devices=[
+                        dra_pb.Device(
+                            request_names=["tokens"],
+                            pool_name=NODE,
+                            device_name="token-0",
+                            cdi_device_ids=[f"example.com/token={claim.uid}"],
+                        )
+                    ]
+                )
+                for claim in claims
+            }
+        )
+
+    def _unprepare(self, path: str, request: Any) -> Any:
+        self.prepared.append((path, [claim.uid for claim in request.claims]))
+        return dra_pb.NodeUnprepareResourcesResponse(
+            claims={c.uid: dra_pb.NodeUnprepareResourceResponse() for c in request.claims}
+        )
+
+
+@pytest.fixture
+def dirs() -> Iterator[tuple[Path, Path, Path]]:
+    """The device-plugin directory, plugins_registry, and a plugin's own directory."""
+    with short_temporary_directory("tr-k-") as root:
+        paths = (root / "dp", root / "reg", root / "plugin")
+        for path in paths:
+            path.mkdir()
+        yield paths
+
+
+@pytest.fixture
+def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
+    with ApiServerStandin(ca, nodes=(NODE,)) as standin:
+        yield standin
+
+
+def access(apiserver: ApiServerStandin, node: str = NODE) -> ApiAccess:
+    """The kubelet's own credentials for ``node``."""
+    pair = apiserver.ca.node_certificate(node)
+    return ApiAccess(apiserver.url, apiserver.ca.cert_pem, pair.cert_pem, pair.key_pem)
+
+
+@pytest.fixture
+def kubelet(dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin) -> Iterator[KubeletStandin]:
+    with KubeletStandin(
+        dirs[0],
+        plugins_registry_dir=dirs[1],
+        node=NODE,
+        apiserver=access(apiserver),
+        deregistration_grace=1.0,
+    ) as standin:
+        yield standin
+
+
+def registered(driver: str = DRIVER, count: int = 1) -> Any:
+    def holds(view: KubeletView) -> bool:
+        assert view.dra is not None
+        plugins = view.dra.drivers[driver].plugins
+        return len(plugins) == count and all(p.connected for p in plugins)
+
+    holds.__qualname__ = f"{count} connected plugin(s) of {driver}"
+    return holds
+
+
+def a_slice(name: str, driver: str = DRIVER) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 0, "resourceSliceCount": 1},
+            "devices": [{"name": "token-0"}],
+        },
+    }
+
+
+def put_slice(apiserver: ApiServerStandin, name: str, driver: str = DRIVER) -> None:
+    """A slice as the agent would publish it (the admin path: the test is not the node)."""
+    with apiserver._cond:
+        obj = apiserver._new_object("resourceslices", a_slice(name, driver), "")
+        apiserver._put("resourceslices", name, obj, "ADDED")
+
+
+def test_registration_is_accepted_with_v1_and_calls_reach_the_plugin(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    plugin = FakeDraPlugin(dirs[1], dirs[2])
+    try:
+        assert plugin.wait_status() == (True, "")
+        view = kubelet.wait_for(registered())
+        assert view.dra is not None
+        (shown,) = view.dra.drivers[DRIVER].plugins
+        assert (shown.endpoint, shown.version) == (str(plugin.endpoint), "v1.DRAPlugin")
+        result = kubelet.prepare(DRIVER, [("default", "uid-1", "tokens")])
+        assert result.error is None
+        assert result.claims["uid-1"].devices == (
+            (("tokens",), NODE, "token-0", ("example.com/token=uid-1",)),
+        )
+        assert kubelet.unprepare(DRIVER, [("default", "uid-1", "tokens")]).error is None
+        assert plugin.prepared == [
+            ("/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources", ["uid-1"]),
+            ("/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources", ["uid-1"]),
+        ]
+        view = kubelet.snapshot()
+        assert view.dra is not None
+        assert len(view.dra.drivers[DRIVER].prepares) == 1
+        assert view.rejected == ()
+    finally:
+        plugin.stop()
+
+
+def test_a_v1beta1_kubelet_uses_v1beta1(
+    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
+) -> None:
+    with KubeletStandin(
+        dirs[0],
+        plugins_registry_dir=dirs[1],
+        apiserver=access(apiserver),
+        dra_versions=("v1beta1.DRAPlugin",),
+    ) as kubelet:
+        plugin = FakeDraPlugin(dirs[1], dirs[2])
+        try:
+            kubelet.wait_for(registered())
+            assert kubelet.prepare(DRIVER, [("default", "u", "c")]).error is None
+            assert plugin.prepared[0][0].startswith("/k8s.io.kubelet.pkg.apis.dra.v1beta1.")
+        finally:
+            plugin.stop()
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        (
+            {"versions": ("v9.DRAPlugin",)},
+            "RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC "
+            f"versions of DRA driver plugin {DRIVER} at endpoint {{endpoint}}: none of services "
+            'supported by the plugin (["v9.DRAPlugin"]) are supported by the kubelet '
+            '(["v1.DRAPlugin" "v1beta1.DRAPlugin"])',
+        ),
+        (
+            {"versions": ()},
+            "RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC "
+            f"versions of DRA driver plugin {DRIVER} at endpoint {{endpoint}}: empty list of "
+            "supported gRPC services (aka supported versions)",
+        ),
+        (
+            {"plugin_type": "CSIPlugin"},
+            "RegisterPlugin error -- no handler registered for plugin type: CSIPlugin at socket "
+            "{socket}",
+        ),
+    ],
+)
+def test_a_refused_registration_is_told_why_and_tried_again(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin, options: dict[str, Any], error: str
+) -> None:
+    plugin = FakeDraPlugin(dirs[1], dirs[2], **options)
+    try:
+        expected = error.format(endpoint=plugin.endpoint, socket=plugin.socket)
+        assert plugin.wait_status() == (False, expected)
+        assert plugin.wait_status(2) == (False, expected)  # the backoff's retry (0.5 s)
+        view = kubelet.snapshot()
+        assert view.dra is not None
+        assert DRIVER not in view.dra.drivers or not view.dra.drivers[DRIVER].plugins
+    finally:
+        plugin.stop()
+
+
+def test_deregistration_wipes_the_drivers_slices_after_the_grace(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin, apiserver: ApiServerStandin
+) -> None:
+    kubelet.wait_for(lambda view: view.dra is not None and view.dra.start_wipes == 1)
+    plugin = FakeDraPlugin(dirs[1], dirs[2])
+    kubelet.wait_for(registered())
+    put_slice(apiserver, "mine")
+    put_slice(apiserver, "other-driver", driver="other.example.com")
+    plugin.stop()  # removes its registration socket
+    view = kubelet.wait_for(lambda v: v.dra is not None and v.dra.drivers[DRIVER].wipes == 1)
+    assert view.dra is not None
+    assert view.dra.drivers[DRIVER].deregistrations == 1
+    assert sorted(apiserver.snapshot().slices) == ["other-driver"]
+    wipe = [r for r in apiserver.requests if r.method == "DELETE"][-1]
+    assert wipe.query == "fieldSelector=spec.driver%3Dtokens.example.com%2Cspec.nodeName%3Dnode-a"
+    assert wipe.identity == f"system:node:{NODE}"
+
+
+def test_a_plugin_back_within_the_grace_keeps_its_slices(
+    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
+) -> None:
+    with KubeletStandin(
+        dirs[0],
+        plugins_registry_dir=dirs[1],
+        apiserver=access(apiserver),
+        deregistration_grace=TIMEOUT,
+    ) as kubelet:
+        kubelet.wait_for(lambda view: view.dra is not None and view.dra.start_wipes == 1)
+        first = FakeDraPlugin(dirs[1], dirs[2])
+        kubelet.wait_for(registered())
+        put_slice(apiserver, "mine")
+        first.stop()
+        second = FakeDraPlugin(dirs[1], dirs[2])
+        try:
+            view = kubelet.wait_for(registered())
+            assert view.dra is not None
+            assert view.dra.drivers[DRIVER].registrations == 2
+        finally:
+            second.stop()
+        assert sorted(apiserver.snapshot().slices) == ["mine"]
+
+
+def test_the_kubelet_wipes_its_nodes_slices_at_start(
+    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
+) -> None:
+    put_slice(apiserver, "left-over")
+    with KubeletStandin(
+        dirs[0], plugins_registry_dir=dirs[1], apiserver=access(apiserver)
+    ) as kubelet:
+        kubelet.wait_for(lambda view: view.dra is not None and view.dra.start_wipes == 1)
+        assert apiserver.snapshot().slices == {}
+        wipe = [r for r in apiserver.requests if r.method == "DELETE"][-1]
+        assert (wipe.path, wipe.query) == (SLICES, "fieldSelector=spec.nodeName%3Dnode-a")
+
+
+def test_two_plugins_of_one_driver_calls_go_to_the_newest(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    old = FakeDraPlugin(dirs[1], dirs[2], name="old.sock")
+    kubelet.wait_for(registered())
+    with short_temporary_directory("tr-p2-") as other:
+        new = FakeDraPlugin(dirs[1], other, name="new.sock")
+        try:
+            kubelet.wait_for(registered(count=2))
+            kubelet.prepare(DRIVER, [("default", "u", "c")])
+            assert (len(old.prepared), len(new.prepared)) == (0, 1)
+            new.stop()
+            kubelet.wait_for(registered(count=1))
+            kubelet.prepare(DRIVER, [("default", "u", "c")])
+            assert len(old.prepared) == 1
+        finally:
+            new.stop()
+            old.stop()
+
+
+def test_a_second_plugin_on_a_taken_endpoint_is_refused(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    first = FakeDraPlugin(dirs[1], dirs[2], name="a.sock")
+    kubelet.wait_for(registered())
+    # Another registration socket naming the same endpoint: gRPC lets both bind only if the
+    # second server is another process, so its DRA socket goes elsewhere and the info lies.
+    with short_temporary_directory("tr-p3-") as other:
+        second = FakeDraPlugin(dirs[1], other, name="b.sock")
+        second.endpoint = first.endpoint
+        try:
+            assert second.wait_status() == (
+                False,
+                "RegisterPlugin error -- plugin registration failed with err: endpoint "
+                f"{first.endpoint} already registered for DRA driver plugin {DRIVER}",
+            )
+        finally:
+            second.stop()
+            first.stop()
+
+
+def test_a_claim_left_out_of_the_answer_is_a_protocol_violation(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    plugin = FakeDraPlugin(dirs[1], dirs[2], skip_claims=True)
+    try:
+        kubelet.wait_for(registered())
+        result = kubelet.prepare(DRIVER, [("default", "u1", "a"), ("default", "u2", "b")])
+        assert result.error == "NodePrepareResources skipped 1 ResourceClaims"
+        assert list(result.claims) == ["u1"]
+        assert kubelet.snapshot().rejected == (
+            f"{DRIVER}: NodePrepareResources left out claims ['u2']",
+        )
+    finally:
+        plugin.stop()
+
+
+def test_an_unregistered_driver_is_the_kubelets_error(kubelet: KubeletStandin) -> None:
+    result = kubelet.prepare("gone.example.com", [("default", "u", "c")])
+    assert result.error == "DRA driver gone.example.com is not registered"
+
+
+def test_dot_files_and_non_sockets_are_ignored(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    (dirs[1] / "not-a-socket").write_text("")
+    hidden = FakeDraPlugin(dirs[1], dirs[2], name=".hidden.sock")
+    try:
+        with short_temporary_directory("tr-p4-") as other:
+            visible = FakeDraPlugin(dirs[1], other, name="visible.sock", driver="b.example.com")
+            try:
+                kubelet.wait_for(registered("b.example.com"))
+                view = kubelet.snapshot()
+                assert view.dra is not None
+                assert DRIVER not in view.dra.drivers
+                assert hidden.statuses == []
+            finally:
+                visible.stop()
+    finally:
+        hidden.stop()
+
+
+def test_a_136_kubelet_takes_the_first_version_the_plugin_lists(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    """dra_plugin_manager.go validateSupportedServices walks the plugin's list, not its own."""
+    plugin = FakeDraPlugin(dirs[1], dirs[2], versions=("v1beta1.DRAPlugin", "v1.DRAPlugin"))
+    try:
+        view = kubelet.wait_for(registered())
+        assert view.dra is not None
+        assert view.dra.drivers[DRIVER].plugins[0].version == "v1beta1.DRAPlugin"
+    finally:
+        plugin.stop()
