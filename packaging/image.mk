@@ -3,10 +3,14 @@
 # with the project's .deb (and what it depends on, no recommends, no apt, no compiler, no apt
 # lists, no docs), and packaging/image/oci.py turns it into an image whose ENTRYPOINT, CMD, ENV
 # and LABELs come from packaging/image/Containerfile. Load it with `podman load -i FILE`,
-# `skopeo copy oci-archive:FILE ...` or `ctr image import FILE`. Needs root and mmdebstrap.
-# Included from the top-level Makefile.
+# `skopeo copy oci-archive:FILE ...` or `ctr -n k8s.io images import FILE`, which names it
+# $(IMAGE_NAME):<version> by itself. Needs root and mmdebstrap. Included from the top-level
+# Makefile.
 
 IMAGE_VERSION := $(PYPROJECT_VERSION)
+# The name deploy/kubernetes/base runs; an overlay whose images: entry renames it (overlays/
+# example: registry.example.com/token-resource) can have the archive carry its name instead.
+IMAGE_NAME ?= localhost/token-resource
 IMAGE_FILE := $(DEB_DIST)/token-resource-$(IMAGE_VERSION).oci.tar
 IMAGE_BUILD_DIR := build/image
 IMAGE_SUITE ?= bookworm
@@ -29,5 +33,5 @@ image: deb
 		$(IMAGE_SUITE) $(IMAGE_BUILD_DIR)/rootfs.tar $(IMAGE_MIRROR)
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) \
 	$(DEB_ENV) python3 packaging/image/oci.py $(IMAGE_BUILD_DIR)/rootfs.tar \
-		packaging/image/Containerfile $(IMAGE_VERSION) $(IMAGE_FILE)
+		packaging/image/Containerfile $(IMAGE_VERSION) $(IMAGE_FILE) $(IMAGE_NAME)
 	@echo "built $(IMAGE_FILE): $$(du -m $(IMAGE_BUILD_DIR)/rootfs.tar | cut -f1) MB uncompressed, $$(du -m $(IMAGE_FILE) | cut -f1) MB archive"

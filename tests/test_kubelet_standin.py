@@ -30,6 +30,8 @@ from token_resource.protocol.deviceplugin import (
 )
 
 RESOURCE = "example.com/token"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = "tests.standin.kubelet_script"
 TWO_TOKENS = (("token-0", HEALTHY), ("token-1", HEALTHY))
 PLUGIN_OPTIONS = pb.DevicePluginOptions(get_preferred_allocation_available=True)
 TIMEOUT = 30.0
@@ -594,13 +596,13 @@ class _Lines:
 
 @pytest.fixture
 def run_script(socket_dir: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[str], _Lines]]]:
-    """Run kubelet.py as a script (as make demo and the container do); killed afterwards."""
+    """Run the stand-in as a process (as the system tests' containers do); killed afterwards."""
     running: list[tuple[subprocess.Popen[str], _Lines]] = []
 
     def run(*args: str) -> tuple[subprocess.Popen[str], _Lines]:
-        command = [sys.executable, kubelet_module.__file__, "--dir", str(socket_dir), *args]
+        command = [sys.executable, "-m", SCRIPT, "--dir", str(socket_dir), *args]
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO
         )
         assert process.stdout is not None
         running.append((process, _Lines(process.stdout)))
@@ -696,7 +698,11 @@ def test_restarts_keep_only_the_checkpoint_and_rewrite_it(
             "kubelet_internal_checkpoint",
         ]
         checkpoint = json.loads(standin.checkpoint_path.read_text())
-        assert checkpoint == {"generation": generation, "registered_devices": {RESOURCE: 2}}
+        assert checkpoint == {
+            "generation": generation,
+            "registered_devices": {RESOURCE: ["token-0", "token-1"]},
+            "pod_devices": {},
+        }
     standin.stop()
     # A stopping kubelet removes its socket; the checkpoint stays for the next start.
     assert sorted(p.name for p in socket_dir.iterdir()) == ["kubelet_internal_checkpoint"]

@@ -66,6 +66,11 @@ CONFIG_FILE = f"{CONFIG_DIR}/token-resource.toml"
 CONTROL_DIR = "/run/token-resource"
 CONTROL_SOCKET = f"{CONTROL_DIR}/control.sock"
 POOL_LABEL = "example.com/token-pool"
+# The least delay before the first startup probe. The agent's container answers
+# `token-resource status` 0.5 s after `runc run` (tests/system/test_image.py, which holds it to
+# the manifest's delay); the agent is ready in 1.3-1.6 s with 1,000 resources, and a busy node
+# has been seen to take 3.6 s (docs/operations.md).
+AGENT_START_SECONDS = 5
 
 Object = dict[str, Any]
 
@@ -527,15 +532,16 @@ def test_every_daemonset_runs_the_agent_on_its_configmap_and_probes_its_control_
             "--control-socket",
             CONTROL_SOCKET,
         ]
-        for probe in ("livenessProbe", "readinessProbe"):
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             settings = container[probe]
             command = settings["exec"]["command"]
             assert command[:2] == ["token-resource", "status"], probe
             assert command[command.index("--control-socket") + 1] == CONTROL_SOCKET
             # The probe's own timeout must end before the kubelet gives up on the probe.
             assert float(command[command.index("--timeout") + 1]) < settings["timeoutSeconds"]
-            assert settings["periodSeconds"] >= 10
-            assert settings["failureThreshold"] >= 3
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert container[probe]["periodSeconds"] >= 10
+            assert container[probe]["failureThreshold"] >= 3
         # The agent finds the kubelet where the hostPath is mounted: no [agent] table needed.
         config = agent_config(objects, daemon_set)
         assert config.agent.device_plugin_dir == DEFAULT_DEVICE_PLUGIN_DIR, kustomization
@@ -546,6 +552,21 @@ def test_every_daemonset_runs_the_agent_on_its_configmap_and_probes_its_control_
         assert spec["automountServiceAccountToken"] is config.uses_api_server, kustomization
         # No node-status resources: the pods get no credentials that could write a Node.
         assert "node-status" not in {spec.advertise for spec in config.resources.values()}
+
+
+def test_a_normal_start_fails_no_probe() -> None:
+    """The kubelet records a Warning event for every failed probe, and the control socket
+    appears only once the agent has started: the startup probe's first try comes after a
+    start under runc takes (tests/system/test_image.py measures it against this delay), and it
+    holds the other probes back until it succeeds."""
+    for kustomization, _, daemon_set in daemon_sets():
+        container = the_container(daemon_set)
+        startup = container["startupProbe"]
+        assert startup["initialDelaySeconds"] >= AGENT_START_SECONDS, kustomization
+        # A slow start (1,000 resources on a busy node) gets over a minute before a restart.
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, kustomization
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert "initialDelaySeconds" not in container[probe], (kustomization, probe)
 
 
 def test_every_daemonset_is_node_critical_tolerates_every_taint_and_rolls() -> None:
@@ -634,6 +655,13 @@ def test_the_demo_asks_for_more_tokens_than_a_node_of_the_base_has() -> None:
     assert deployment["spec"]["replicas"] > tokens_per_node
     # It prints the variable the agent gives it.
     assert "$TOKEN_RESOURCE_EXAMPLE_COM_TOKEN" in " ".join(container["command"])
+
+
+def test_the_demo_can_be_replaced_while_every_token_is_in_use() -> None:
+    """A rolling update waits for new pods that wait for a token held by an old one; Recreate
+    frees the tokens first. (Stopping at once on SIGTERM: tests/test_token_demo.py.)"""
+    (deployment,) = of_kind(rendered(DEMO), "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
 
 
 # --- the docs -------------------------------------------------------------------------------------

@@ -1,11 +1,16 @@
 """Write an OCI image archive from a root file-system tarball, with the image settings read from
 the Containerfile, so that `make image` and `podman build -f Containerfile` agree.
 
-    python3 packaging/image/oci.py ROOTFS.tar CONTAINERFILE VERSION OUTPUT.oci.tar
+    python3 packaging/image/oci.py ROOTFS.tar CONTAINERFILE VERSION OUTPUT.oci.tar NAME
 
 The archive is an OCI image layout (oci-layout, index.json, blobs/sha256/...) in a tar, with one
 gzip layer; `podman load`, `skopeo copy oci-archive:...` and containerd's `ctr image import`
-read it. Standard library only: it runs on the build host's /usr/bin/python3.
+read it. The image is NAME:VERSION (e.g. localhost/token-resource:0.1.0, what the manifests in
+deploy/kubernetes/base run): index.json names it as containerd's own exports do, in the
+annotation io.containerd.image.name, which `ctr images import` takes as the image's name as it
+is, and with the tag alone in org.opencontainers.image.ref.name. (Without the first, ctr names
+the image import-<date>:VERSION.) Standard library only: it runs on the build host's
+/usr/bin/python3.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import Any
 # is what mmdebstrap does instead.
 _SETTINGS = ("ENV", "LABEL", "STOPSIGNAL", "ENTRYPOINT", "CMD")
 _PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# containerd's annotation for an image's full name in an archive's index.json.
+CONTAINERD_IMAGE_NAME = "io.containerd.image.name"
 
 
 def containerfile_settings(text: str) -> dict[str, Any]:
@@ -64,7 +71,7 @@ def _json(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def build(rootfs: Path, containerfile: Path, version: str, output: Path) -> None:
+def build(rootfs: Path, containerfile: Path, version: str, output: Path, name: str) -> None:
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
     created = _rfc3339(epoch)
     layer_tar = rootfs.read_bytes()
@@ -104,15 +111,18 @@ def build(rootfs: Path, containerfile: Path, version: str, output: Path) -> None
         ),
         "application/vnd.oci.image.manifest.v1+json",
     )
-    manifest["annotations"] = {"org.opencontainers.image.ref.name": version}
+    manifest["annotations"] = {
+        CONTAINERD_IMAGE_NAME: f"{name}:{version}",
+        "org.opencontainers.image.ref.name": version,
+    }
     layout["index.json"] = _json({"schemaVersion": 2, "manifests": [manifest]})
     layout["oci-layout"] = _json({"imageLayoutVersion": "1.0.0"})
     temporary = output.with_name(output.name + ".tmp")
     with tarfile.open(temporary, "w", format=tarfile.PAX_FORMAT) as archive:
-        for name in sorted(layout):
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(layout[name]), epoch, 0o644
-            archive.addfile(info, io.BytesIO(layout[name]))
+        for member in sorted(layout):
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime, info.mode = len(layout[member]), epoch, 0o644
+            archive.addfile(info, io.BytesIO(layout[member]))
     temporary.replace(output)
 
 
@@ -127,6 +137,6 @@ def _rfc3339(epoch: int) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5:
+    if len(sys.argv) != 6:
         sys.exit(__doc__)
-    build(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+    build(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), sys.argv[5])

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A kubelet stand-in: the device manager's side of the device-plugin protocol (v1beta1).
 
 It serves ``v1beta1.Registration`` on ``kubelet.sock`` and, like the real kubelet's device
@@ -17,36 +16,30 @@ subdirectory, which the wipe at start leaves alone. For the agent's fallback a k
 will not take such an endpoint is modelled too (``subdirectory_endpoints``): one that refuses
 the Register, and one (register_first) that answers it and never dials.
 
-Integration tests use :class:`KubeletStandin` in-process. ``make demo`` and the Debian 12
-container run this file as a script, where only the installed ``token_resource`` package,
-grpcio and protobuf exist, so it imports nothing from ``tests``::
+It can also play a kubelet's start as a real one goes through it (``socket_after``,
+``admit_after``, ``pods``): ``kubelet.sock`` a moment after the start, then, once its Node has
+synced (about a second later), the admission of the pods bound to the node, in which a pod whose
+resource has no healthy devices yet is rejected (tests/standin/admission.py).
 
-    python3 kubelet.py --dir DIR [--state-file FILE] [--register-first]
-        [--plugins-registry-dir DIR [--node NODE] [--apiserver URL --ca F --cert F --key F]]
-
-The DRA options need kubelet_plugins.py and kubelet_dra.py beside this file; without them
-nothing but this file is needed.
-
-It prints one line per event. SIGHUP restarts the kubelet (wiping every file in DIR but its
-checkpoint), SIGTERM and SIGINT stop it.
+Integration tests use :class:`KubeletStandin` in-process; tests/standin/kubelet_script.py
+runs it as a process of its own (the system tests' containers, the script-mode tests). The
+DRA side (``plugins_registry_dir``) needs kubelet_plugins.py and kubelet_dra.py beside this
+file, imported only when it is on.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import logging
 import os
 import re
-import signal
 import stat
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -55,6 +48,16 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from tests.standin.admission import (
+    AdmissionError,
+    Checkpoint,
+    PodStatus,
+    PodStore,
+    RuntimeState,
+    admit_pods,
+    describe_admission,
+    write_atomically,
+)
 from token_resource.protocol import deviceplugin_pb2 as pb
 from token_resource.protocol.deviceplugin import (
     ALLOCATE,
@@ -125,6 +128,8 @@ class ResourceView:
     lists_received: int = 0  # ListAndWatch messages received from the current registration
     # The kubelet holds a live connection: its ListAndWatch stream is open (or being opened).
     stream_open: bool = False
+    registered_at: float = 0.0  # time.monotonic() of the latest successful Register
+    listed_at: float | None = None  # ... and of its stream's first list, once one came
 
     # Cached: a view never changes, and predicates ask again at every state change.
     @cached_property
@@ -149,6 +154,8 @@ class ResourceView:
             "registrations": self.registrations,
             "lists_received": self.lists_received,
             "stream_open": self.stream_open,
+            "registered_at": self.registered_at,
+            "listed_at": self.listed_at,
             "capacity": self.capacity,
             "allocatable": self.allocatable,
             "devices": dict(shown),
@@ -165,6 +172,13 @@ class KubeletView:
     generation: int  # incremented at every start, so a restart is visible
     resources: Mapping[str, ResourceView]
     rejected: tuple[str, ...]  # refused Register calls and protocol violations, oldest first
+    # time.monotonic() of this generation's start (in script mode: the process's), of its
+    # kubelet.sock, and of the end of its pod admission (None before, or without pods).
+    started_at: float = 0.0
+    socket_at: float = 0.0
+    admitted_at: float | None = None
+    # Every pod this stand-in admitted or rejected, its latest decision.
+    pods: Mapping[str, PodStatus] = field(default_factory=dict)
     dra: DraView | None = None  # the DRA side, when the stand-in has a plugins_registry_dir
 
     def counts(self) -> dict[str, int]:
@@ -176,6 +190,10 @@ class KubeletView:
             "generation": self.generation,
             "resources": {n: v.to_dict(max_devices) for n, v in self.resources.items()},
             "rejected": list(self.rejected),
+            "started_at": self.started_at,
+            "socket_at": self.socket_at,
+            "admitted_at": self.admitted_at,
+            "pods": {name: status.to_dict() for name, status in sorted(self.pods.items())},
             **({"dra": self.dra.to_dict()} if self.dra is not None else {}),
         }
 
@@ -310,13 +328,24 @@ class KubeletStandin:
         register_first: bool = False,
         subdirectory_endpoints: str = JOINED,
         state_file: Path | None = None,
+        pods: PodStore | None = None,
+        runtime: RuntimeState | None = None,
+        socket_after: float = 0.0,
+        admit_after: float = 0.0,
+        started_at: float | None = None,
         plugins_registry_dir: Path | None = None,
         node: str = "node-a",
         apiserver: ApiAccess | None = None,
         dra_versions: Sequence[str] = ("v1.DRAPlugin", "v1beta1.DRAPlugin"),
         deregistration_grace: float = 30.0,
     ) -> None:
-        """``plugins_registry_dir`` turns on the DRA side (kubelet_plugins.py and
+        """``kubelet.sock`` appears ``socket_after`` seconds after each start, and ``pods``, the
+        pods bound to the node, are admitted ``admit_after`` seconds after it (the kubelet first
+        waits for its Node to sync); ``runtime``: which of them still run (default: this
+        process's memory). The first start counts from ``started_at`` (time.monotonic()), if
+        given, instead of from start().
+
+        ``plugins_registry_dir`` turns on the DRA side (kubelet_plugins.py and
         kubelet_dra.py): the plugin watcher there, the DRA manager for ``node``, wiping slices
         through ``apiserver`` (the node's credentials; None: no wipes), speaking
         ``dra_versions`` (a 1.32-era kubelet: ``("v1beta1.DRAPlugin",)``), wiping a gone
@@ -326,6 +355,12 @@ class KubeletStandin:
         self._register_first = register_first
         self._subdirectory_endpoints = subdirectory_endpoints
         self._state_file = state_file
+        self._pods = pods
+        self._runtime = runtime if runtime is not None else RuntimeState(None)
+        self._socket_after = socket_after
+        self._admit_after = admit_after
+        self._first_start_at = started_at
+        self._admission: threading.Thread | None = None
         self._cond = threading.Condition()
         # Guarded by _cond:
         self._generation = 0
@@ -335,6 +370,11 @@ class KubeletStandin:
         self._ended: list[_Link] = []  # every link whose thread may not have ended yet
         self._views: dict[str, ResourceView] = {}
         self._rejected: list[str] = []
+        self._checkpoint = Checkpoint()
+        self._started_at = self._socket_at = 0.0
+        self._admitted_at: float | None = None
+        self._statuses: dict[str, PodStatus] = {}
+        self._synced = 0  # the generation whose Node sync_node() declared synced
         self._dra: DraManager | None = None
         self._watcher: PluginWatcher | None = None
         if plugins_registry_dir is not None:
@@ -374,9 +414,13 @@ class KubeletStandin:
 
     def start(self) -> None:
         """Like a starting kubelet: delete every file in the directory but the checkpoint
-        (plugins' sockets, regular files and symlinks alike; subdirectories stay), write the
-        checkpoint, then serve Registration on a fresh ``kubelet.sock``. Plugins that were
-        serving must notice and register again."""
+        (plugins' sockets, regular files and symlinks alike; subdirectories stay), read and
+        write the checkpoint, then serve Registration on a fresh ``kubelet.sock``. Plugins that
+        were serving must notice and register again. With pods, their admission follows in a
+        thread of its own."""
+        started = time.monotonic() if self._first_start_at is None else self._first_start_at
+        self._first_start_at = None
+        _sleep_until(started + self._socket_after)
         with self._cond:
             if self._server is not None:
                 raise RuntimeError("the kubelet stand-in is already running")
@@ -386,14 +430,33 @@ class KubeletStandin:
                 LOG.info("kubelet starting: removed %s", ", ".join(removed))
             executor = ThreadPoolExecutor(_REGISTER_WORKERS, thread_name_prefix="kubelet-register")
             server = grpc.server(executor, handlers=[registration_handler(self._register)])
+            # gRPC creates the socket file a moment before it listens on it (a thread connecting
+            # the moment the file appeared was refused 4 to 53 times in 100, grpcio 1.46 to
+            # 1.85), while a real kubelet's net.Listen binds and listens back to back. So it
+            # binds under another name, and kubelet.sock appears, by a rename, only once it
+            # listens (connections then wait for start()).
+            binding = self.socket_dir / f".{KUBELET_SOCKET}.binding"
+            binding.unlink(missing_ok=True)
             # Older grpcio reports a failed bind by returning 0 instead of raising.
-            if not server.add_insecure_port(f"unix:{self.socket_path}"):
-                raise RuntimeError(f"cannot serve on {self.socket_path}")
+            if not server.add_insecure_port(f"unix:{binding}"):
+                raise RuntimeError(f"cannot serve on {binding}")
+            os.replace(binding, self.socket_path)
+            socket_at = time.monotonic()
             # Before the server starts, so that the first Register sees this generation.
             self._server, self._executor = server, executor
             self._generation += 1
+            self._checkpoint = Checkpoint.read(self.checkpoint_path)
             self._write_checkpoint()
             server.start()
+            self._started_at, self._socket_at, self._admitted_at = started, socket_at, None
+            if self._pods is not None:
+                self._admission = threading.Thread(
+                    target=self._admit_when_due,
+                    args=(self._generation, socket_at + self._admit_after),
+                    name="kubelet-admission",
+                    daemon=True,
+                )
+                self._admission.start()
             self._changed(
                 f"kubelet listening on {self.socket_path} (generation {self._generation})"
             )
@@ -415,10 +478,16 @@ class KubeletStandin:
             links, self._ended = self._ended, []
             self._drop_links()
             self._changed("kubelet stopped: every resource has allocatable 0")
+            admission, self._admission = self._admission, None
         server.stop(None).wait()
         # In-flight Register calls see the stop (their dial is abandoned) and return quickly.
         executor.shutdown(wait=True)
         _wait_until_ended(links)
+        # It sees the stop at once, unless in an Allocate call (bounded by the dial timeout).
+        if admission is not None:
+            admission.join(self._dial_timeout + LINK_END_SECONDS)
+            if admission.is_alive():
+                raise RuntimeError("kubelet stand-in: the pod admission did not end")
         self.socket_path.unlink(missing_ok=True)
 
     def restart(self) -> None:
@@ -429,6 +498,71 @@ class KubeletStandin:
         """
         self.stop()
         self.start()
+
+    # --- admitting the node's pods, once after every start -----------------------------------
+
+    def sync_node(self) -> None:
+        """The Node has synced now: admit the pods at once instead of at ``admit_after``."""
+        with self._cond:
+            self._synced = self._generation
+            self._cond.notify_all()
+
+    def _admit_when_due(self, generation: int, due: float) -> None:
+        """At ``due`` (a real kubelet first waits for its Node), admit the pods bound to the
+        node with the devices the plugins have listed by then (tests/standin/admission.py).
+        Nothing is decided if the kubelet stops first."""
+        assert self._pods is not None
+        with self._cond:
+            while (
+                self._serving(generation) and self._synced != generation and due > time.monotonic()
+            ):
+                self._cond.wait(due - time.monotonic())
+            if not self._serving(generation):
+                return
+            # Healthy devices count only once this kubelet's stream listed them.
+            healthy = {
+                name: [device for device, health in view.devices if health == HEALTHY]
+                if view.stream_open and view.listed_at is not None
+                else []
+                for name, view in self._views.items()
+            }
+            for name in self._checkpoint.registered:
+                healthy.setdefault(name, [])  # registered before: known, with no device yet
+            checkpoint = Checkpoint(
+                dict(self._checkpoint.registered), dict(self._checkpoint.pod_devices)
+            )
+        running = self._runtime.running()
+        decided = admit_pods(
+            self._pods.load(),
+            running=running,
+            checkpoint=checkpoint,
+            healthy=healthy,
+            allocate=self._allocate_for_admission,
+            generation=generation,
+            clock=time.monotonic,
+        )
+        with self._cond:
+            if not self._serving(generation):
+                return  # stopped meanwhile: its Allocate calls may have failed for that
+            self._runtime.set_running(running)
+            self._pods.report(decided)
+            self._checkpoint = checkpoint
+            self._write_checkpoint()
+            self._statuses.update(decided)
+            self._admitted_at = time.monotonic()
+            self._changed(*describe_admission(decided))
+
+    def _allocate_for_admission(self, resource: str, device_ids: Sequence[str]) -> None:
+        try:
+            response = self.allocate(resource, device_ids, timeout=self._dial_timeout)
+        except LookupError as error:
+            raise AdmissionError(str(error)) from None
+        except grpc.RpcError as error:
+            raise AdmissionError(_rpc_error(error)) from None
+        if len(response.container_responses) != 1:
+            raise AdmissionError(
+                f"unexpected number of container responses: {len(response.container_responses)}"
+            )
 
     # --- observing -----------------------------------------------------------------------
 
@@ -633,6 +767,7 @@ class KubeletStandin:
                 register_options=Options.of(request.options),
                 options=options,
                 registrations=1 if previous is None else previous.registrations + 1,
+                registered_at=time.monotonic(),
                 # The kubelet keeps the old list until the new stream sends one.
                 devices=() if previous is None else previous.devices,
                 # A 1.32 kubelet counts the plugin as connected once Register succeeds;
@@ -703,7 +838,12 @@ class KubeletStandin:
             if link.closed:
                 return
             view = self._views[link.resource]
-            self._update(link.resource, devices=devices, lists_received=view.lists_received + 1)
+            self._update(
+                link.resource,
+                devices=devices,
+                lists_received=view.lists_received + 1,
+                listed_at=time.monotonic() if view.listed_at is None else view.listed_at,
+            )
             events = [f"{link.resource}: {_describe(devices)}"]
             for problem in _abridged(problems):
                 self._rejected.append(f"{link.resource}: {problem}")
@@ -740,20 +880,22 @@ class KubeletStandin:
         self._views[name] = replace(self._views[name], **changes)
 
     def _write_checkpoint(self) -> None:
-        """Caller holds the lock. The real checkpoint holds the registered devices and pod
-        allocations; nothing reads this one, it only has to be there, as the real one is."""
-        registered = {name: len(view.devices) for name, view in sorted(self._views.items())}
-        _write_atomically(
-            self.checkpoint_path,
-            json.dumps({"generation": self._generation, "registered_devices": registered}),
-        )
+        """Caller holds the lock. Like the real one: the devices of every resource registered
+        so far and the admitted pods' devices, which a starting kubelet reads back."""
+        for name, view in self._views.items():
+            self._checkpoint.registered[name] = tuple(device for device, _ in view.devices)
+        write_atomically(self.checkpoint_path, self._checkpoint.to_json(self._generation))
 
     def _snapshot(self) -> KubeletView:
         return KubeletView(
             self._generation,
             MappingProxyType(dict(self._views)),
             tuple(self._rejected),
-            None if self._dra is None else self._dra.snapshot(),
+            started_at=self._started_at,
+            socket_at=self._socket_at,
+            admitted_at=self._admitted_at,
+            pods=MappingProxyType(dict(self._statuses)),
+            dra=None if self._dra is None else self._dra.snapshot(),
         )
 
     def _changed(self, *events: str) -> None:
@@ -764,7 +906,7 @@ class KubeletStandin:
         """
         self._cond.notify_all()
         if self._state_file is not None:
-            _write_atomically(self._state_file, json.dumps(self._snapshot().to_dict(), indent=2))
+            write_atomically(self._state_file, json.dumps(self._snapshot().to_dict(), indent=2))
         for event in events:
             LOG.info("%s", event)
 
@@ -858,67 +1000,6 @@ def _abridged(problems: list[str]) -> Iterable[str]:
         yield f"... and {len(problems) - _SHOWN_PROBLEMS} more problems in the same list"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Readers (the demo, a container's checks) never see a half-written file."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
-# --- script mode ---------------------------------------------------------------------------
-
-_SIGNALS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="A kubelet stand-in for device plugins.")
-    parser.add_argument("--dir", type=Path, required=True, help="the device-plugin directory")
-    parser.add_argument("--state-file", type=Path, help="keep a JSON snapshot here")
-    parser.add_argument(
-        "--register-first",
-        action="store_true",
-        help="answer Register before dialling the plugin, like a 1.24-era kubelet",
-    )
-    dra = parser.add_argument_group("DRA (needs kubelet_plugins.py and kubelet_dra.py beside)")
-    dra.add_argument("--plugins-registry-dir", type=Path, help="run the plugin watcher here")
-    dra.add_argument("--node", default="node-a", help="the node's name (default node-a)")
-    dra.add_argument("--apiserver", help="the API server's URL, for the slice wipes")
-    dra.add_argument("--ca", type=Path, help="the API server's CA (PEM)")
-    dra.add_argument("--cert", type=Path, help="the node's client certificate (PEM)")
-    dra.add_argument("--key", type=Path, help="the node's client key (PEM)")
-    dra.add_argument("--grace", type=float, default=30.0, help="seconds before a wipe")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run until SIGTERM or SIGINT; SIGHUP restarts the kubelet."""
-    args = _parser().parse_args(argv)
-    # The signals are blocked in every thread (threads inherit the mask, so before any
-    # starts) and taken with sigwaitinfo: no handler can interrupt a thread holding a lock.
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-    try:
-        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
-        access = None
-        if args.apiserver:
-            access = _sibling("kubelet_dra").ApiAccess(
-                args.apiserver, args.ca.read_bytes(), args.cert.read_bytes(), args.key.read_bytes()
-            )
-        standin = KubeletStandin(
-            args.dir,
-            register_first=args.register_first,
-            state_file=args.state_file,
-            plugins_registry_dir=args.plugins_registry_dir,
-            node=args.node,
-            apiserver=access,
-            deregistration_grace=args.grace,
-        )
-        with standin:
-            while signal.sigwaitinfo(_SIGNALS).si_signo == signal.SIGHUP:
-                standin.restart()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def _sleep_until(moment: float) -> None:
+    while (left := moment - time.monotonic()) > 0:
+        time.sleep(left)

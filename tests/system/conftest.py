@@ -12,6 +12,9 @@ up once per suite.
 Environment:
   TOKEN_RESOURCE_DEB          the .deb under test (default: built now with packaging/deb.mk)
   TOKEN_RESOURCE_UPGRADE_DEB  a newer build of the same tree (default: built now)
+  TOKEN_RESOURCE_BUNDLED_DEB  the self-contained .deb for Debian 11 (default: built now,
+                              packaging/bundled.mk; only when a test runs on Debian 11)
+  TOKEN_RESOURCE_IMAGE        the OCI archive under test (default: built now, `make image`)
 """
 
 from __future__ import annotations
@@ -19,19 +22,35 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.system import harness
 from tests.system.node import AgentNode
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-STANDIN = REPO / "tests/standin/kubelet.py"
+# The kubelet stand-in and what it imports from tests/, copied into /srv/test/ with their paths
+# (the containers run `python3 -m tests.standin.kubelet_script` with /srv/test on PYTHONPATH).
+STANDIN_FILES = tuple(
+    f"tests/{name}"
+    for name in (
+        "__init__.py",
+        "standin/__init__.py",
+        "standin/admission.py",
+        "standin/kubelet.py",
+        "standin/kubelet_script.py",
+        # The DRA side, imported only with its options.
+        "standin/kubelet_plugins.py",
+        "standin/kubelet_dra.py",
+    )
+)
 # Booting, installing and the watchdog test take longer than the unit tests' 120 s default.
 SYSTEM_TEST_TIMEOUT = 900
 
@@ -173,13 +192,90 @@ def artifacts(session_dir: Path) -> Path:
         problem = f"cannot build the .deb under test: {error}"
     if problem:
         pytest.fail(problem, pytrace=False)
-    for path in (current, newer, STANDIN):
+    for path in (current, newer):
         if not path.is_file():
             pytest.fail(f"{path} is missing", pytrace=False)
     shutil.copy(current, directory / "token-resource.deb")
     shutil.copy(newer, directory / "token-resource-upgrade.deb")
-    shutil.copy(STANDIN, directory / "kubelet.py")
+    copy_standin(directory)
     return directory
+
+
+def copy_standin(directory: Path) -> None:
+    """The kubelet stand-in's files into ``directory`` (the containers' /srv/test)."""
+    for name in STANDIN_FILES:
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, directory / name)
+
+
+# The self-contained package for Debian 11: its Python, and where it keeps its libraries.
+BUNDLED_PYTHON = "3.9"
+BUNDLED_PRIVATE = "/usr/lib/token-resource/site-packages"
+
+
+def build_bundled_deb(version: str, into: Path) -> Path:
+    """`make bundled-deb` for Debian 11 (pip fetches PyPI's wheels)."""
+    harness.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(REPO),
+            "-f",
+            "packaging/bundled.mk",
+            "bundled-deb",
+            f"BUNDLED_PYTHON={BUNDLED_PYTHON}",
+            f"BUNDLED_VERSION={version}",
+            f"BUNDLED_DIST={into}",
+            f"BUNDLED_BUILD={into / 'build'}",
+            "BUNDLED_LINT=no",
+            f"BUNDLED_PIP={sys.executable} -m pip",
+        ],
+        timeout=900,
+    )
+    return into / f"token-resource-bundled_{version}_amd64.deb"
+
+
+@pytest.fixture(scope="session")
+def bundled_deb(session_dir: Path) -> Path:
+    """The bundled .deb under test: $TOKEN_RESOURCE_BUNDLED_DEB, else built once a session."""
+    given = os.environ.get("TOKEN_RESOURCE_BUNDLED_DEB")
+    problem = ""
+    try:
+        deb = Path(given) if given else build_bundled_deb(project_version(), session_dir / "bdeb")
+    except harness.HarnessError as error:
+        problem = f"cannot build the bundled .deb: {error}"
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    if not deb.is_file():
+        pytest.fail(f"{deb} is missing", pytrace=False)
+    return deb
+
+
+@pytest.fixture(scope="session")
+def image(host: None, session_dir: Path) -> Path:
+    """The OCI archive under test: $TOKEN_RESOURCE_IMAGE, else built now with `make image`
+    (tests/system/test_image.py, test_image_import.py)."""
+    given = os.environ.get("TOKEN_RESOURCE_IMAGE")
+    if given:
+        return Path(given)
+    into = session_dir / "image"
+    try:
+        harness.run(
+            ["make", "-s", "-C", str(REPO), "image", "DEB_LINT=no", f"DEB_DIST={into}",
+             f"IMAGE_BUILD_DIR={session_dir / 'image-build'}"],
+            timeout=900,
+        )  # fmt: skip
+    except harness.HarnessError as error:
+        pytest.fail(f"make image failed: {error}", pytrace=False)
+    return into / f"token-resource-{project_version()}.oci.tar"
+
+
+def base_image() -> str:
+    """The image deploy/kubernetes/base runs, which `make image` names its archive."""
+    daemon_set = yaml.safe_load((REPO / "deploy/kubernetes/base/agent/daemonset.yaml").read_text())
+    (container,) = daemon_set["spec"]["template"]["spec"]["containers"]
+    return str(container["image"])
 
 
 @pytest.fixture(scope="module")

@@ -60,9 +60,11 @@ HOST_TOOLS = {
     "dpkg-buildpackage": "dpkg-dev",
     "dh": "debhelper",
     "lintian": "lintian",
-    # the container image: built by mmdebstrap, run by runc
+    # the container image: built by mmdebstrap, run by runc, imported by containerd's ctr
     "mmdebstrap": "mmdebstrap",
     "runc": "runc",
+    "containerd": "containerd",
+    "ctr": "containerd",
 }
 
 CGROUP_HIERARCHIES = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/systemd"))
@@ -252,6 +254,9 @@ class Node:
 
     rootfs: Path
     binds: Sequence[tuple[Path, str]] = ()
+    # Writes go to a tmpfs over the rootfs, gone at power-off; without it, to the rootfs itself
+    # (tests/system/reboot.py gives each node an overlay of its own for that).
+    volatile: bool = True
     name: str = field(default_factory=lambda: "trtest-" + uuid.uuid4().hex[:8])
     leader: int = 0
     process: subprocess.Popen[bytes] | None = None
@@ -271,7 +276,7 @@ class Node:
             "-D",
             str(self.rootfs),
             "--boot",
-            "--volatile=overlay",
+            *(["--volatile=overlay"] if self.volatile else []),
             "--keep-unit",
             "--register=no",
             "--private-network",
@@ -284,7 +289,7 @@ class Node:
         # nspawn's /payload and /supervisor land below them and teardown can remove all.
         join = "; ".join(f'echo $$ > "{cgroup}/cgroup.procs"' for cgroup in self.cgroups)
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
-        with open(self.log, "wb") as log:
+        with open(self.log, "ab") as log:  # a rebooted node keeps its earlier boots' lines
             self.process = subprocess.Popen(
                 ["sh", "-c", f'{join}; exec "$@"', "sh", *argv],
                 stdin=subprocess.DEVNULL,

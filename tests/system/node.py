@@ -16,15 +16,25 @@ CONFIG = "/etc/token-resource.toml"
 PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 STATE_FILE = "/run/kubelet-standin/state.json"
 
-# The kubelet stand-in as a real unit, so that the agent's After=kubelet.service means
-# something. `systemctl reload kubelet` is a kubelet restart inside the process (every file in
-# the directory but the checkpoint wiped, a new kubelet.sock), like a real kubelet's.
-KUBELET_UNIT = f"""\
+
+def kubelet_unit(*arguments: str, pythonpath: tuple[str, ...] = ("/srv/test",)) -> str:
+    """The kubelet stand-in as a real unit, so that the agent's ordering against
+    kubelet.service means something. `systemctl reload kubelet` is a kubelet restart inside the
+    process (every file in the directory but the checkpoint wiped, a new kubelet.sock), like a
+    real kubelet's. ``arguments`` go to tests/standin/kubelet_script.py; ``pythonpath`` is where
+    its files (/srv/test/tests/standin, tests/system/conftest.py's STANDIN_FILES) and what it
+    imports (grpc, the agent's token_resource) are found, first to last."""
+    command = [
+        "/usr/bin/python3", "-u", "-m", "tests.standin.kubelet_script",
+        "--dir", PLUGIN_DIR, "--state-file", STATE_FILE, *arguments,
+    ]  # fmt: skip
+    return f"""\
 [Unit]
 Description=kubelet stand-in (device-plugin registration) for the system tests
 
 [Service]
-ExecStart=/usr/bin/python3 -u /srv/test/kubelet.py --dir {PLUGIN_DIR} --state-file {STATE_FILE}
+Environment=PYTHONPATH={":".join(pythonpath)}
+ExecStart={" ".join(command)}
 ExecReload=/bin/kill -HUP $MAINPID
 RuntimeDirectory=kubelet-standin
 RuntimeDirectoryPreserve=yes
@@ -32,6 +42,9 @@ RuntimeDirectoryPreserve=yes
 [Install]
 WantedBy=multi-user.target
 """
+
+
+KUBELET_UNIT = kubelet_unit()
 
 T = TypeVar("T")
 

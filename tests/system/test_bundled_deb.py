@@ -30,14 +30,20 @@ import pytest
 
 from tests.system import harness
 from tests.system.ansible_fleet import ANSIBLE_DIR, ansible_env, ansible_venv, missing_tools
-from tests.system.conftest import ACTIVE_NODES, STANDIN, project_version
+from tests.system.conftest import (
+    ACTIVE_NODES,
+    BUNDLED_PRIVATE,
+    build_bundled_deb,
+    copy_standin,
+    project_version,
+)
 from tests.system.node import (
     CONFIG,
-    KUBELET_UNIT,
     PLUGIN_DIR,
     UNIT,
     AgentNode,
     config_text,
+    kubelet_unit,
     wait_for,
 )
 
@@ -48,10 +54,9 @@ else:
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "token-resource-bundled"
-PRIVATE = "/usr/lib/token-resource/site-packages"
+PRIVATE = BUNDLED_PRIVATE
 # Where Debian 11's own units are (packaging/bundled/debian/rules).
 UNIT_FILE = f"/lib/systemd/system/{UNIT}"
-BUNDLED_PYTHON = "3.9"  # Debian 11's
 DEBIAN_LIBRARIES = ("python3-grpcio", "python3-protobuf", "python3-watchdog", "python3-sdnotify")
 TOKEN = "example.com/token"
 LOCAL = {"example.com/token": 7, "example.com/local": 1}
@@ -70,62 +75,34 @@ def shipped_counts() -> dict[str, int]:
 SHIPPED = shipped_counts()
 
 
-def _build(version: str, into: Path) -> Path:
-    harness.run(
-        [
-            "make",
-            "-s",
-            "-C",
-            str(REPO),
-            "-f",
-            "packaging/bundled.mk",
-            "bundled-deb",
-            f"BUNDLED_PYTHON={BUNDLED_PYTHON}",
-            f"BUNDLED_VERSION={version}",
-            f"BUNDLED_DIST={into}",
-            f"BUNDLED_BUILD={into / 'build'}",
-            "BUNDLED_LINT=no",
-            f"BUNDLED_PIP={sys.executable} -m pip",
-        ],
-        timeout=900,
-    )
-    return into / f"{PACKAGE}_{version}_amd64.deb"
-
-
 @pytest.fixture(scope="module")
-def bundled_artifacts(session_dir: Path) -> Path:
+def bundled_artifacts(session_dir: Path, bundled_deb: Path) -> Path:
     """The bundled .deb, a newer build of it and the kubelet stand-in, for /srv/test."""
     directory = session_dir / "bundled-artifacts"
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir()
-    version = project_version()
-    current, newer = (
-        os.environ.get("TOKEN_RESOURCE_BUNDLED_DEB"),
-        os.environ.get("TOKEN_RESOURCE_BUNDLED_UPGRADE_DEB"),
-    )
+    newer = os.environ.get("TOKEN_RESOURCE_BUNDLED_UPGRADE_DEB")
     problem = ""
     try:
-        current_deb = Path(current) if current else _build(version, session_dir / "bundled-cur")
         newer_deb = (
-            Path(newer) if newer else _build(f"{version}+systest1", session_dir / "bundled-new")
+            Path(newer)
+            if newer
+            else build_bundled_deb(f"{project_version()}+systest1", session_dir / "bundled-new")
         )
     except harness.HarnessError as error:
         problem = f"cannot build the bundled .deb: {error}"
     if problem:
         pytest.fail(problem, pytrace=False)
-    for path in (current_deb, newer_deb):
-        if not path.is_file():
-            pytest.fail(f"{path} is missing", pytrace=False)
-    shutil.copy(current_deb, directory / "bundled.deb")
+    if not newer_deb.is_file():
+        pytest.fail(f"{newer_deb} is missing", pytrace=False)
+    shutil.copy(bundled_deb, directory / "bundled.deb")
     shutil.copy(newer_deb, directory / "bundled-upgrade.deb")
-    shutil.copy(STANDIN, directory / "kubelet.py")
+    copy_standin(directory)
     return directory
 
 
 # The stand-in needs a grpc with grpc.aio: the package's own, ahead of Debian 11's.
-KUBELET_UNIT_BULLSEYE = KUBELET_UNIT.replace(
-    "[Service]\n", f"[Service]\nEnvironment=PYTHONPATH={PRIVATE}\n"
-)
+KUBELET_UNIT_BULLSEYE = kubelet_unit(pythonpath=("/srv/test", PRIVATE))
 
 
 @pytest.fixture(scope="module")

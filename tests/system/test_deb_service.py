@@ -119,10 +119,16 @@ def test_unit_enabled_active_and_kubelet_sees_every_resource(node: AgentNode) ->
     assert not view["rejected"], view["rejected"]
 
 
-def test_ordered_after_kubelet_without_depending_on_it(node: AgentNode) -> None:
-    assert "kubelet.service" in node.show("After").split()
-    for prop in ("Requires", "Requisite", "BindsTo", "PartOf", "Wants"):
+def test_ordered_before_kubelet_without_depending_on_it(node: AgentNode) -> None:
+    # As systemd has loaded the unit: ready before the kubelet starts (tests/system/
+    # test_reboot.py shows it at boot), never pulling it in or taking it down.
+    assert "kubelet.service" in node.show("Before").split()
+    assert "kubelet.service" not in node.show("After").split()
+    assert "token-resource.service" in node.show("After", "kubelet.service").split()
+    for prop in ("Requires", "Requisite", "BindsTo", "PartOf", "Wants", "Conflicts"):
         assert "kubelet.service" not in node.show(prop).split(), prop
+    # A hung start holds the kubelet back by 15 s at most, not systemd's default 90 s.
+    assert node.show("TimeoutStartUSec") == "15s"
     # The kubelet stopping does not take the agent down with it.
     node.systemctl("stop", "kubelet.service")
     try:

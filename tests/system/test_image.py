@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.configmap import ConfigMapVolume
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.system import harness
-from tests.system.conftest import REPO, project_version
+from tests.system.conftest import REPO, base_image, project_version
 
 CONTAINERFILE = REPO / "packaging/image/Containerfile"
 MAX_UNCOMPRESSED_MB = 150
@@ -39,24 +40,6 @@ def _oci_module() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="session")
-def image(host: None, session_dir: Path) -> Path:
-    """The OCI archive under test: $TOKEN_RESOURCE_IMAGE, else built now with `make image`."""
-    given = os.environ.get("TOKEN_RESOURCE_IMAGE")
-    if given:
-        return Path(given)
-    into = session_dir / "image"
-    try:
-        harness.run(
-            ["make", "-s", "-C", str(REPO), "image", "DEB_LINT=no", f"DEB_DIST={into}",
-             f"IMAGE_BUILD_DIR={session_dir / 'image-build'}"],
-            timeout=900,
-        )  # fmt: skip
-    except harness.HarnessError as error:
-        pytest.fail(f"make image failed: {error}", pytrace=False)
-    return into / f"token-resource-{project_version()}.oci.tar"
 
 
 @pytest.fixture(scope="session")
@@ -74,9 +57,11 @@ def unpacked(image: Path, session_dir: Path) -> tuple[dict[str, Any], Path]:
             return data
 
         (manifest_descriptor,) = json.loads(_read(archive, members["index.json"]))["manifests"]
-        assert manifest_descriptor["annotations"]["org.opencontainers.image.ref.name"] == (
-            project_version()
-        )
+        # Named as deploy/kubernetes/base runs it, for `ctr images import` (test_image_import.py).
+        assert manifest_descriptor["annotations"] == {
+            "io.containerd.image.name": base_image(),
+            "org.opencontainers.image.ref.name": project_version(),
+        }
         manifest = json.loads(blob(manifest_descriptor))
         config = json.loads(blob(manifest["config"]))
         rootfs = session_dir / "image-rootfs"
@@ -132,6 +117,12 @@ def test_the_image_is_small_built_from_debian_packages_and_in_step_with_the_cont
     assert indexes in ([], ["lock"]), indexes
 
 
+def startup_probe_delay() -> int:
+    daemon_set = yaml.safe_load((REPO / "deploy/kubernetes/base/agent/daemonset.yaml").read_text())
+    (container,) = daemon_set["spec"]["template"]["spec"]["containers"]
+    return int(container["startupProbe"]["initialDelaySeconds"])
+
+
 def _dirs(rootfs: Path) -> list[Path]:
     return [
         path
@@ -173,10 +164,17 @@ class Container:
         )  # fmt: skip
 
     def state(self) -> str:
+        return str(self._state().get("status", "gone"))
+
+    def pid(self) -> int:
+        return int(self._state()["pid"])
+
+    def _state(self) -> dict[str, Any]:
         result = subprocess.run(
             ["runc", "state", self.name], capture_output=True, text=True, check=False
         )
-        return str(json.loads(result.stdout)["status"]) if result.returncode == 0 else "gone"
+        state: dict[str, Any] = json.loads(result.stdout) if result.returncode == 0 else {}
+        return state
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -242,7 +240,24 @@ def test_the_image_serves_the_kubelet_and_follows_a_configmap_update(
 ) -> None:
     runc, volume = container
     volume.write({"token-resource.toml": '[resources]\n"example.com/token" = 2\n'})
+    started = time.monotonic()
     runc.run()
+    # The DaemonSet's startup probe first tries `status` this long after the start: by then
+    # it must answer, or the kubelet records a failed probe as a Warning event.
+    control = Path(f"/proc/{runc.pid()}/root/run/token-resource/control.sock")
+    while not control.is_socket():
+        assert time.monotonic() - started < 60, f"no control socket:\n{runc.log()}"
+        time.sleep(0.02)
+    socket_after = time.monotonic() - started
+    answered = runc.exec("token-resource", "status", "--timeout", "5")
+    answered_after = time.monotonic() - started
+    delay = startup_probe_delay()
+    print(
+        f"control socket {socket_after:.2f} s after `runc run`, `status` answered at "
+        f"{answered_after:.2f} s; the startup probe's first try: {delay} s"
+    )
+    assert answered.returncode == 0, answered.stderr
+    assert answered_after < delay
     kubelet.wait_for(serves_exactly({"example.com/token": 2}), timeout=60)
 
     # Confined as the DaemonSet asks: no capabilities, read-only root, no network.
