@@ -1,0 +1,113 @@
+"""DRA as the DaemonSet runs it: the pod's ServiceAccount token, with exactly the RBAC rules of
+deploy/kubernetes/overlays/dra, and the Node's name from $NODE_NAME. In-process (the service
+account's directory is a fixed path the test points elsewhere), against the API-server
+stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
+from tests.standin.apiserver.authz import Rule
+from token_resource.apiserver import credentials
+from token_resource.apiserver.claims import read_claim
+from token_resource.apiserver.client import ApiClient, KubeError
+from token_resource.apiserver.credentials import load_credentials
+from token_resource.apiserver.publisher import SlicePublisher
+from token_resource.apiserver.slices import pool_name
+from token_resource.config.model import KubernetesSettings
+
+REPO = Path(__file__).resolve().parents[1]
+RBAC = REPO / "deploy" / "kubernetes" / "overlays" / "dra" / "rbac.yaml"
+ACCOUNT = "system:serviceaccount:token-resource:token-resource"
+NODE = "node-a"
+DRIVER = "tokens.example.com"
+IN_CLUSTER = KubernetesSettings(in_cluster=True)
+
+
+def overlay_rules() -> list[Rule]:
+    """The ClusterRole the DaemonSet's ServiceAccount is bound to, as RBAC rules."""
+    [role] = [
+        item for item in yaml.safe_load_all(RBAC.read_text()) if item["kind"] == "ClusterRole"
+    ]
+    return [
+        Rule(tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(rule["verbs"]))
+        for rule in role["rules"]
+    ]
+
+
+@pytest.fixture
+def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
+    with ApiServerStandin(ca, nodes=(NODE, "node-b")) as standin:
+        standin.add_token("pod-token", user=ACCOUNT, rules=overlay_rules())
+        yield standin
+
+
+@pytest.fixture
+def in_pod(apiserver: ApiServerStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod's view: its token and CA mounted, the API server's address and its Node's name
+    in the environment, as the overlay's DaemonSet gives them."""
+    environment = apiserver.write_service_account(tmp_path / "sa", "pod-token")
+    monkeypatch.setattr(credentials, "SERVICE_ACCOUNT_DIR", tmp_path / "sa")
+    for name, value in {**environment, "NODE_NAME": NODE}.items():
+        monkeypatch.setenv(name, value)
+
+
+def published(count: int) -> Callable[[ApiServerView], bool]:
+    def holds(view: ApiServerView) -> bool:
+        pool = view.pools(NODE, DRIVER).get(pool_name(NODE, "example.com/token"))
+        return pool is not None and pool.complete and len(pool.devices) == count
+
+    return holds
+
+
+@pytest.mark.usefixtures("in_pod")
+def test_the_overlays_account_publishes_its_nodes_slices(apiserver: ApiServerStandin) -> None:
+    async def scenario() -> None:
+        publisher = SlicePublisher(IN_CLUSTER, DRIVER, lambda: None)
+        publisher.apply(IN_CLUSTER, DRIVER, {"example.com/token": 3})
+        try:
+            deadline = time.monotonic() + 30
+            while not published(3)(apiserver.snapshot()):
+                assert time.monotonic() < deadline, publisher.publisher_state()
+                await asyncio.sleep(0.05)
+            state = publisher.publisher_state()
+            assert (state.node, state.state) == (NODE, "accepted")
+        finally:
+            await publisher.close()
+
+    asyncio.run(scenario())
+    writes = [r for r in apiserver.snapshot().requests if r.method in ("POST", "PUT", "GET")]
+    assert writes
+    assert {r.identity for r in writes} == {ACCOUNT}
+
+
+@pytest.mark.usefixtures("in_pod")
+def test_the_overlays_account_reads_the_claims_it_prepares(apiserver: ApiServerStandin) -> None:
+    pool = pool_name(NODE, "example.com/token")
+    claim = apiserver.allocate_claim(
+        "apps", "web-tokens", pod="web", node=NODE, driver=DRIVER, results=[("r", pool, "token-2")]
+    )
+    with ApiClient(load_credentials(IN_CLUSTER)) as client:
+        read = read_claim(client, "apps", "web-tokens", claim["metadata"]["uid"], DRIVER)
+    assert [(device.pool, device.device) for device in read.devices] == [(pool, "token-2")]
+    assert read.pods == ("web",)
+
+
+def test_without_the_overlays_rules_the_account_is_refused(
+    apiserver: ApiServerStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same account with no role bound: 403, named as the API server names it.
+    apiserver.add_token("bare-token", user=ACCOUNT, rules=[])
+    environment = apiserver.write_service_account(tmp_path / "sa", "bare-token")
+    monkeypatch.setattr(credentials, "SERVICE_ACCOUNT_DIR", tmp_path / "sa")
+    for name, value in {**environment, "NODE_NAME": NODE}.items():
+        monkeypatch.setenv(name, value)
+    with ApiClient(load_credentials(IN_CLUSTER)) as client, pytest.raises(KubeError, match="403"):
+        client.get("/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a")
