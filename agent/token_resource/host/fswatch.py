@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from watchdog import version
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import DEFAULT_OBSERVER_TIMEOUT, BaseObserver
+from watchdog.observers.inotify import InotifyEmitter
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,32 @@ class _Forwarder(FileSystemEventHandler):
         self._loop.call_soon_threadsafe(self._callback, file_event)
 
 
+class _SerializedStopEmitter(InotifyEmitter):
+    """watchdog's inotify watch, stopped by one thread at a time.
+
+    watchdog stops the watch of a deleted directory by itself, on its own thread. Before 5.0.3
+    (gorakhargosh/watchdog#1070) an unschedule at that moment, which is what watching the
+    directory again after it is made anew does, ran the same stop on the agent's thread, and
+    both closed the watch's inotify descriptor: the second close hit whatever the agent had
+    opened meanwhile under that number, a gRPC server's listening socket (gone, its file
+    left: the kubelet's dial timed out) or the next watch's descriptor.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stopping = threading.Lock()
+
+    def on_thread_stop(self) -> None:
+        with self._stopping:
+            super().on_thread_stop()
+
+
+def _observer() -> BaseObserver:
+    if (version.VERSION_MAJOR, version.VERSION_MINOR, version.VERSION_BUILD) < (5, 0, 3):
+        return BaseObserver(_SerializedStopEmitter, timeout=DEFAULT_OBSERVER_TIMEOUT)
+    return Observer()
+
+
 class DirectoryWatcher:
     """Watches directories (not recursively) and calls ``callback`` on the loop for each event.
 
@@ -51,7 +81,7 @@ class DirectoryWatcher:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[FileEvent], None]):
         self._forwarder = _Forwarder(loop, callback)
-        self._observer = Observer()
+        self._observer = _observer()
         self._observer.daemon = True
         self._watches: dict[Path, Any] = {}
 
