@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -55,6 +56,24 @@ STANDIN_FILES = tuple(
 SYSTEM_TEST_TIMEOUT = 900
 
 ACTIVE_NODES: list[AgentNode] = []
+
+Node = TypeVar("Node", bound=AgentNode)
+
+
+@contextmanager
+def started(node: Node, session_dir: Path) -> Iterator[Node]:
+    """``node`` booted and listed in ACTIVE_NODES (whose journals a failure report shows);
+    a harness error in the block fails the test with its message, and the node always stops."""
+    try:
+        node.start(session_dir)
+        ACTIVE_NODES.append(node)
+        yield node
+    except harness.HarnessError as error:
+        pytest.fail(str(error), pytrace=False)
+    finally:
+        if node in ACTIVE_NODES:
+            ACTIVE_NODES.remove(node)
+        node.stop()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -287,16 +306,9 @@ def boot_node(
 
     @contextmanager
     def boot() -> Iterator[AgentNode]:
-        node = AgentNode(rootfs=rootfs, binds=[(artifacts, "/srv/test")])
-        try:
-            node.start(session_dir)
-            ACTIVE_NODES.append(node)
+        with started(
+            AgentNode(rootfs=rootfs, binds=[(artifacts, "/srv/test")]), session_dir
+        ) as node:
             yield node
-        except harness.HarnessError as error:
-            pytest.fail(str(error), pytrace=False)
-        finally:
-            if node in ACTIVE_NODES:
-                ACTIVE_NODES.remove(node)
-            node.stop()
 
     return boot

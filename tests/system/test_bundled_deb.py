@@ -31,11 +31,11 @@ import pytest
 from tests.system import harness
 from tests.system.ansible_fleet import ANSIBLE_DIR, ansible_env, ansible_venv, missing_tools
 from tests.system.conftest import (
-    ACTIVE_NODES,
     BUNDLED_PRIVATE,
     build_bundled_deb,
     copy_standin,
     project_version,
+    started,
 )
 from tests.system.node import (
     CONFIG,
@@ -107,10 +107,9 @@ KUBELET_UNIT_BULLSEYE = kubelet_unit(pythonpath=("/srv/test", PRIVATE))
 
 @pytest.fixture(scope="module")
 def node(rootfs: Path, bundled_artifacts: Path, session_dir: Path) -> Iterator[AgentNode]:
-    node = AgentNode(rootfs=rootfs, binds=[(bundled_artifacts, "/srv/test")])
-    try:
-        node.start(session_dir)
-        ACTIVE_NODES.append(node)
+    with started(
+        AgentNode(rootfs=rootfs, binds=[(bundled_artifacts, "/srv/test")]), session_dir
+    ) as node:
         # Debian 11's own libraries first (from the rootfs's apt cache), as on a host that
         # has them for something else.
         node.exec(["apt-get", "install", "-y", "-q", *DEBIAN_LIBRARIES], timeout=300)
@@ -122,12 +121,6 @@ def node(rootfs: Path, bundled_artifacts: Path, session_dir: Path) -> Iterator[A
         ).stdout
         node.systemctl("start", "kubelet.service")
         yield node
-    except harness.HarnessError as error:
-        pytest.fail(str(error), pytrace=False)
-    finally:
-        if node in ACTIVE_NODES:
-            ACTIVE_NODES.remove(node)
-        node.stop()
 
 
 def package_version(node: AgentNode) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from tests.system import harness
-from tests.system.conftest import ACTIVE_NODES, BUNDLED_PRIVATE, copy_standin
+from tests.system.conftest import BUNDLED_PRIVATE, copy_standin, started
 from tests.system.node import CONFIG, UNIT, kubelet_unit, wait_for
 from tests.system.reboot import (
     STARTED,
@@ -111,29 +111,24 @@ def node(
         deb = request.getfixturevalue("artifacts") / "token-resource.deb"
     shutil.copy(deb, files / "package.deb")
     copy_standin(files)
-    with persistent_root(rootfs, directory / "overlay") as root:
-        node = RebootableNode(rootfs=root, binds=[(files, "/srv/test")], volatile=False)
-        try:
-            node.start(session_dir)
-            ACTIVE_NODES.append(node)
-            node.make_journal_persistent()
-            write_pods(node)
-            install_kubelet(node, pythonpath, leave_socket=True)
-            node.systemctl("enable", KUBELET)
-            node.exec(["apt-get", "install", "-y", "-q", "/srv/test/package.deb"], timeout=300)
-            node.write_config(RESOURCES)
-            node.systemctl("reload", UNIT)
-            node.systemctl("start", KUBELET)
-            view = admitted(node)
-            outcome = {name: (pod["phase"], pod["message"]) for name, pod in view["pods"].items()}
-            assert outcome == dict.fromkeys(PODS, ("Running", "")), boot_log(node)
-            yield node
-        except harness.HarnessError as error:
-            pytest.fail(str(error), pytrace=False)
-        finally:
-            if node in ACTIVE_NODES:
-                ACTIVE_NODES.remove(node)
-            node.stop()
+    with (
+        persistent_root(rootfs, directory / "overlay") as root,
+        started(
+            RebootableNode(rootfs=root, binds=[(files, "/srv/test")], volatile=False), session_dir
+        ) as node,
+    ):
+        node.make_journal_persistent()
+        write_pods(node)
+        install_kubelet(node, pythonpath, leave_socket=True)
+        node.systemctl("enable", KUBELET)
+        node.exec(["apt-get", "install", "-y", "-q", "/srv/test/package.deb"], timeout=300)
+        node.write_config(RESOURCES)
+        node.systemctl("reload", UNIT)
+        node.systemctl("start", KUBELET)
+        view = admitted(node)
+        outcome = {name: (pod["phase"], pod["message"]) for name, pod in view["pods"].items()}
+        assert outcome == dict.fromkeys(PODS, ("Running", "")), boot_log(node)
+        yield node
 
 
 def write_pods(node: RebootableNode) -> None:
