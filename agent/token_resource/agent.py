@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 # Registering N resources changes the status 2N times: build and send it once per burst.
 STATUS_DELAY_SECONDS = 0.05
+# How long the loop may take, after every server has stopped, to end gRPC's own tasks.
+WIND_DOWN_SECONDS = 2.0
 
 
 class StartError(Exception):
@@ -331,6 +333,20 @@ class Agent:
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.
             await self._advertiser.close()
+        await wind_down(WIND_DOWN_SECONDS)
+
+
+async def wind_down(timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for every other task of the loop to end.
+
+    A gRPC server's stop() can return while the tasks in which grpc.aio ends its last calls
+    are still pending (a stream opened just as the agent stopped). asyncio.run() cancels what
+    is left when the agent's coroutine returns, and grpc.aio logs such a cancellation as
+    "Exception not handled by _handle_exceptions", with a traceback on stderr.
+    """
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:
+        await asyncio.wait(others, timeout=timeout)
 
 
 def _describe(diff: ConfigDiff) -> str:
