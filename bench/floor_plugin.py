@@ -4,8 +4,9 @@ but serve N resources and call Register for each.
 One asyncio process serves N device plugins (a fixed list of ``token-N`` devices each) with
 its sockets in a subdirectory of the device-plugin directory, which a restarting kubelet leaves
 alone; it learns of a (re)started kubelet from inotify, as the agent does, and then registers
-every resource at once over one channel. No configuration, no reload, no status, no retries:
-whatever the agent spends beyond this is its own overhead.
+every resource at once over one channel (again at once for a Register the kubelet refused).
+No configuration, no reload, no status, no backoff: whatever the agent spends beyond this is
+its own overhead.
 
 python -m bench.floor_plugin --dir DIR --resources N --count C
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from token_resource.protocol.deviceplugin import (
 )
 
 SUBDIRECTORY = "floor"
+REGISTER_ATTEMPTS = 5
 OPTIONS = pb.DevicePluginOptions(get_preferred_allocation_available=False)
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -73,23 +76,38 @@ async def serve(path: Path, count: int) -> grpc.aio.Server:
 
 
 async def register_all(kubelet_socket: Path, endpoints: dict[str, str]) -> None:
+    """Register every resource at once; those the kubelet refused, again at once (a busy
+    machine can make the kubelet's dial-back time out), a few times at most."""
     async with grpc.aio.insecure_channel(f"unix:{kubelet_socket}") as channel:
         register = channel.unary_unary(
             REGISTER,
             request_serializer=pb.RegisterRequest.SerializeToString,
             response_deserializer=pb.Empty.FromString,
         )
-        await asyncio.gather(
-            *(
-                register(
-                    pb.RegisterRequest(
-                        version=VERSION, endpoint=endpoint, resource_name=name, options=OPTIONS
-                    ),
-                    timeout=30,
-                )
-                for name, endpoint in endpoints.items()
+        pending = dict(endpoints)
+        for _ in range(REGISTER_ATTEMPTS):
+            results = await asyncio.gather(
+                *(
+                    register(
+                        pb.RegisterRequest(
+                            version=VERSION, endpoint=endpoint, resource_name=name, options=OPTIONS
+                        ),
+                        timeout=30,
+                    )
+                    for name, endpoint in pending.items()
+                ),
+                return_exceptions=True,
             )
-        )
+            failed = {
+                name: error
+                for name, error in zip(pending, results)
+                if isinstance(error, grpc.RpcError)
+            }
+            for name, error in failed.items():
+                print(f"floor: Register {name} failed: {error}", file=sys.stderr, flush=True)
+            pending = {name: pending[name] for name in failed}
+            if not pending:
+                return
 
 
 class _KubeletStarts(FileSystemEventHandler):
@@ -99,7 +117,14 @@ class _KubeletStarts(FileSystemEventHandler):
         self.started: asyncio.Queue[None] = asyncio.Queue()
 
     def on_created(self, event: FileSystemEvent) -> None:
-        if event.src_path == self._socket:
+        self._arrived(event.src_path)
+
+    def on_moved(self, event: FileSystemEvent) -> None:
+        # A kubelet that binds under another name and renames the socket into place.
+        self._arrived(event.dest_path)
+
+    def _arrived(self, path: str | bytes) -> None:
+        if path == self._socket:
             self._loop.call_soon_threadsafe(self.started.put_nowait, None)
 
 

@@ -265,6 +265,7 @@ class Bench:
         self.kubelet = TimedKubelet(self.device_plugin_dir)
         self._agents: list[BenchAgent] = []
         self._plugins: list[subprocess.Popen[bytes]] = []
+        self._floor_log = self.root / "floor.log"
 
     def __enter__(self) -> Bench:
         self.kubelet.start()
@@ -285,6 +286,9 @@ class Bench:
             if exc is not None:
                 for agent in self._agents:
                     sys.stderr.write(f"--- agent log (tail) ---\n{agent.log()[-3000:]}\n")
+                if self._floor_log.exists():
+                    floor_log = self._floor_log.read_text(errors="replace")
+                    sys.stderr.write(f"--- floor log (tail) ---\n{floor_log[-3000:]}\n")
             shutil.rmtree(self.root, ignore_errors=True)
 
     def agent(self, name: str = "agent", source: Path | None = None) -> BenchAgent:
@@ -294,19 +298,17 @@ class Bench:
 
     def spawn_floor(self, resources: int, count: int) -> subprocess.Popen[bytes]:
         """The ideal client (bench/floor_plugin.py) serving ``resources`` resources."""
-        floor = subprocess.Popen(
-            [
-                *FLOOR_COMMAND,
-                "--dir",
-                str(self.device_plugin_dir),
-                "--resources",
-                str(resources),
-                "--count",
-                str(count),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        command = [
+            *FLOOR_COMMAND,
+            "--dir",
+            str(self.device_plugin_dir),
+            "--resources",
+            str(resources),
+            "--count",
+            str(count),
+        ]
+        with self._floor_log.open("ab") as log:
+            floor = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
         self._plugins.append(floor)
         return floor
 
