@@ -47,6 +47,8 @@ DOWNLOAD_ONLY = (
     "python3-sdnotify",
     "python3-watchdog",
     "python3-apt",
+    # Suggested by the .deb: reading a kubeconfig (node-status and DRA resources).
+    "python3-yaml",
 )
 # Bump to rebuild every cached rootfs when the recipe below changes.
 RECIPE = 1

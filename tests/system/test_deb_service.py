@@ -15,11 +15,22 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.standin.apiserver.certificates import CertificateAuthority
+from tests.standin.apiserver.server import ApiServerStandin
 from tests.system import harness
-from tests.system.node import CONFIG, UNIT, UNIT_FILE, AgentNode, wait_for
+from tests.system.node import (
+    CONFIG,
+    KUBELET_UNIT,
+    UNIT,
+    UNIT_FILE,
+    AgentNode,
+    kubelet_unit,
+    wait_for,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,10 +71,7 @@ def node(boot_node: Callable[[], AbstractContextManager[AgentNode]]) -> Iterator
         yield node
 
 
-@pytest.fixture
-def shipped_config_after(node: AgentNode) -> Iterator[None]:
-    """Put the shipped configuration back after the test and wait until it is served."""
-    yield
+def put_back_the_shipped_config(node: AgentNode) -> None:
     node.exec(
         [
             "sh",
@@ -71,6 +79,13 @@ def shipped_config_after(node: AgentNode) -> Iterator[None]:
             f"dpkg-deb --fsys-tarfile /srv/test/token-resource.deb | tar -xO .{CONFIG} > {CONFIG}",
         ]
     )
+
+
+@pytest.fixture
+def shipped_config_after(node: AgentNode) -> Iterator[None]:
+    """Put the shipped configuration back after the test and wait until it is served."""
+    yield
+    put_back_the_shipped_config(node)
     if node.show("ActiveState") != "active":
         node.systemctl("start", UNIT)
     node.systemctl("reload", UNIT)
@@ -326,6 +341,99 @@ def test_systemd_analyze_security_exposure_is_within_target(node: AgentNode) -> 
     exposure = float(match.group(1))
     print(f"systemd {version}: systemd-analyze security --offline=yes: exposure {exposure}")
     assert exposure <= MAX_EXPOSURE, result.stdout
+
+
+DRA_DRIVER = "tokens.example.com"
+DRA_RESOURCE = "example.com/dratoken"
+DRA_CONFIG = f"""
+[resources]
+"{TOKEN}" = 2
+
+[resources."{DRA_RESOURCE}"]
+count = 3
+advertise = "dra"
+
+[dra]
+driver = "{DRA_DRIVER}"
+
+[kubernetes]
+node_name = "node-a"
+"""
+KUBELET_DIR = "/var/lib/kubelet"
+KUBECONFIG = "/etc/kubernetes/kubelet.conf"
+
+
+@pytest.fixture
+def dra_node(node: AgentNode, ca: CertificateAuthority, tmp_path: Path) -> Iterator[AgentNode]:
+    """The node with the kubelet's plugin watcher and the kubelet's kubeconfig, naming an API
+    server that is not there: the driver registers with the kubelet all the same, and would
+    publish its slices once one answered. Everything is put back afterwards."""
+    # The kubeconfig is YAML: node-status and DRA resources need python3-yaml (Suggests:).
+    node.exec(["apt-get", "install", "-y", "-q", "--no-download", "python3-yaml"], timeout=300)
+    absent = ApiServerStandin(ca, port=9)
+    kubeconfig = absent.write_kubeconfig(
+        tmp_path / "kubelet.conf", identity=ca.node_certificate("node-a")
+    )
+    node.write(KUBECONFIG, kubeconfig.read_text())
+    registry = f"{KUBELET_DIR}/plugins_registry"
+    node.write(
+        "/etc/systemd/system/kubelet.service",
+        kubelet_unit("--plugins-registry-dir", registry, "--node", "node-a"),
+    )
+    node.systemctl("daemon-reload")
+    node.systemctl("restart", "kubelet.service")
+    try:
+        yield node
+    finally:
+        node.write("/etc/systemd/system/kubelet.service", KUBELET_UNIT)
+        node.systemctl("daemon-reload")
+        node.systemctl("restart", "kubelet.service")
+        node.exec(["rm", "-rf", "/etc/kubernetes"])
+        put_back_the_shipped_config(node)
+        # The DRA driver, once started, runs until the agent stops.
+        node.systemctl("restart", UNIT)
+        node.wait_for_counts(SHIPPED)
+
+
+@BOTH
+def test_a_dra_driver_serves_from_inside_the_units_sandbox(dra_node: AgentNode) -> None:
+    node = dra_node
+    node.write(CONFIG, DRA_CONFIG)
+    # A [dra] table takes a restart. It fails (read-only file system) where the unit lets the
+    # agent write only in the device-plugin directory.
+    node.systemctl("restart", UNIT)
+
+    def driver_registered(view: dict[str, Any]) -> bool:
+        plugins = view.get("dra", {}).get("drivers", {}).get(DRA_DRIVER, {}).get("plugins", [])
+        return bool(plugins) and plugins[-1]["connected"]
+
+    view = node.wait_for_view(driver_registered, f"the kubelet to register {DRA_DRIVER}")
+    plugin = view["dra"]["drivers"][DRA_DRIVER]["plugins"][-1]
+    assert plugin["version"] == "v1.DRAPlugin", plugin
+    service = f"{KUBELET_DIR}/plugins/{DRA_DRIVER}/dra.sock"
+    assert plugin["endpoint"] == service, plugin
+    for socket in (service, f"{KUBELET_DIR}/plugins_registry/{DRA_DRIVER}-reg.sock"):
+        assert node.exec(["test", "-S", socket], check=False).returncode == 0, socket
+
+    def dra_status() -> dict[str, Any] | None:
+        status = json.loads(node.exec(["token-resource", "status", "--json"]).stdout)
+        # No API server here: the slices cannot be published (yet).
+        return status["dra"] if status["dra"]["slices_state"] == "failing" else None
+
+    dra = wait_for(dra_status, 30, "status to say why the slices are not published")
+    assert dra["registered"] is True, dra
+    assert "API server https://127.0.0.1:9 unreachable" in (dra["slices_error"] or ""), dra
+    # Where a prepare writes (the claims' CDI specs, prepared.json beside the service socket)
+    # is writable in the agent's own mount namespace, and the rest of /var/lib is not.
+    pid = str(node.main_pid())
+    for directory in ("/run/cdi", f"{KUBELET_DIR}/plugins/{DRA_DRIVER}"):
+        probe = f"{directory}/.probe"
+        node.exec(["nsenter", "-t", pid, "-m", "--", "sh", "-c", f"echo > {probe} && rm {probe}"])
+    denied = node.exec(
+        ["nsenter", "-t", pid, "-m", "--", "sh", "-c", "echo > /var/lib/.probe"], check=False
+    )
+    assert denied.returncode != 0, denied
+    assert "Read-only file system" in denied.stderr, denied
 
 
 def test_stop_leaves_no_sockets(node: AgentNode) -> None:
