@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import short_temporary_directory
 from token_resource.host.fswatch import DirectoryWatcher, FileEvent
 
 ROUNDS = 150
@@ -44,16 +45,16 @@ def thread_failures() -> Iterator[list[BaseException]]:
     threading.excepthook = previous
 
 
-async def _recreate_and_rewatch(parent: Path) -> list[socket.socket]:
+async def _recreate_and_rewatch(parent: Path, listeners: list[socket.socket]) -> None:
     """Delete the watched directory ``ROUNDS`` times; at the first event of each deletion
     (one of its files gone: watchdog is about to stop that watch itself) make it again, watch
-    it afresh and open a listening socket in it, as the agent does."""
+    it afresh and open a listening socket in it, as the agent does (into ``listeners``, which
+    the caller closes)."""
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[FileEvent] = asyncio.Queue()
     watcher = DirectoryWatcher(loop, events.put_nowait)
     watched = parent / "watched"
     watched.mkdir()
-    listeners: list[socket.socket] = []
     watcher.start()
     try:
         watcher.watch(parent)
@@ -70,15 +71,15 @@ async def _recreate_and_rewatch(parent: Path) -> list[socket.socket]:
             watched.mkdir()
             watcher.watch(watched)
             listener = socket.socket(socket.AF_UNIX)
+            listeners.append(listener)
             listener.bind(str(watched / f"round-{round_}.sock"))
             listener.listen()
-            listeners.append(listener)
         # The last watch still reports.
         (watched / "last").write_bytes(b"")
         while True:
             event = await asyncio.wait_for(events.get(), EVENT_TIMEOUT)
             if event.path == watched / "last":
-                return listeners
+                return
     finally:
         watcher.stop()
 
@@ -115,14 +116,17 @@ def watch_teardowns(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
 
 
 def test_a_directory_deleted_and_watched_again_closes_nothing_of_ours(
-    tmp_path: Path, thread_failures: list[BaseException], watch_teardowns: dict[int, int]
+    thread_failures: list[BaseException], watch_teardowns: dict[int, int]
 ) -> None:
-    listeners = asyncio.run(_recreate_and_rewatch(tmp_path))
+    listeners: list[socket.socket] = []
+    # The listeners' socket paths must fit in 107 bytes, whatever $TMPDIR is (tests/paths.py).
     try:
-        # Every listener opened meanwhile still has its descriptor and still listens.
-        for listener in listeners:
-            assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
-            os.fstat(listener.fileno())
+        with short_temporary_directory("tr-fswatch-") as parent:
+            asyncio.run(_recreate_and_rewatch(parent, listeners))
+            # Every listener opened meanwhile still has its descriptor and still listens.
+            for listener in listeners:
+                assert listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+                os.fstat(listener.fileno())
         assert thread_failures == []
         # Each watch stopped by itself and was unscheduled, and released its descriptor once.
         assert watch_teardowns
