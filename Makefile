@@ -12,6 +12,9 @@ NEWEST := $(VENV_DIR)/newest
 RHEL9 := $(VENV_DIR)/rhel9
 RHEL9_PINS := grpcio==1.46.3 protobuf==3.14.0 sdnotify==0.3.2 tomli==2.0.1 watchdog==2.2.1
 PYTEST_ARGS ?=
+# venv's ensurepip under Python 3.9 leaves a copy of pip's CA bundle (tmp*cacert.pem) in TMPDIR
+# for good: it runs in a scratch TMPDIR of its own, removed afterwards.
+make_venv = { scratch=$$(mktemp -d) && TMPDIR=$$scratch $(1) -m venv $(2); status=$$?; rm -rf "$$scratch"; [ $$status = 0 ]; }
 
 .PHONY: all demo test lint unit proto proto-check clean
 
@@ -20,13 +23,13 @@ all: test
 $(VENV_DIR)/%/.installed: pyproject.toml
 	@py=$(if $(filter oldest,$*),$(PYTHON_OLDEST),$(PYTHON_NEWEST)); \
 	[ -n "$$py" ] || { echo "make: no Python for the $* virtualenv (set PYTHON_OLDEST/PYTHON_NEWEST)" >&2; exit 1; }; \
-	$$py -m venv $(VENV_DIR)/$* && \
+	$(call make_venv,$$py,$(VENV_DIR)/$*) && \
 	$(VENV_DIR)/$*/bin/pip install --quiet --upgrade pip && \
 	$(VENV_DIR)/$*/bin/pip install --quiet -e '.[test]' && touch $@
 
 $(RHEL9)/.installed: pyproject.toml
 	@[ -n "$(PYTHON_OLDEST)" ] || { echo "make: no Python 3.9 for the rhel9 virtualenv (set PYTHON_OLDEST)" >&2; exit 1; }
-	$(PYTHON_OLDEST) -m venv $(RHEL9)
+	$(call make_venv,$(PYTHON_OLDEST),$(RHEL9))
 	printf '%s\n' $(RHEL9_PINS) > $(RHEL9)/constraints.txt
 	$(RHEL9)/bin/pip install --quiet --upgrade pip
 	$(RHEL9)/bin/pip install --quiet -c $(RHEL9)/constraints.txt $(RHEL9_PINS) -e '.[test]'
@@ -58,7 +61,7 @@ PROTOC := $(VENV_DIR)/protoc/bin/python -m grpc_tools.protoc
 PROTO_OUT ?= .
 # Under the oldest Python, which make test has anyway (grpcio-tools 1.51 has wheels up to 3.11).
 $(VENV_DIR)/protoc/.installed:
-	$(PYTHON_OLDEST) -m venv $(VENV_DIR)/protoc
+	$(call make_venv,$(PYTHON_OLDEST),$(VENV_DIR)/protoc)
 	$(VENV_DIR)/protoc/bin/pip install --quiet 'grpcio-tools==1.51.3'
 	touch $@
 

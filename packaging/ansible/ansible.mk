@@ -15,7 +15,7 @@ ANSIBLE_PACKAGES := 'ansible-core>=2.16' 'ansible-lint>=24.2'
 $(ANSIBLE_VENV)/.installed: packaging/ansible/ansible.mk
 	@py=$(PYTHON_NEWEST); \
 	[ -n "$$py" ] || { echo "make: no Python for the ansible virtualenv (set PYTHON_NEWEST)" >&2; exit 1; }; \
-	$$py -m venv $(ANSIBLE_VENV) && \
+	$(call make_venv,$$py,$(ANSIBLE_VENV)) && \
 	$(ANSIBLE_VENV)/bin/pip install --quiet --upgrade pip && \
 	$(ANSIBLE_VENV)/bin/pip install --quiet --upgrade $(ANSIBLE_PACKAGES) && touch $@
 
