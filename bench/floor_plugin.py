@@ -76,38 +76,29 @@ async def serve(path: Path, count: int) -> grpc.aio.Server:
 
 
 async def register_all(kubelet_socket: Path, endpoints: dict[str, str]) -> None:
-    """Register every resource at once; those the kubelet refused, again at once (a busy
-    machine can make the kubelet's dial-back time out), a few times at most."""
+    """Register every resource at once; one the kubelet refused, again at once (a busy machine
+    can make the kubelet's dial-back time out), a few times at most."""
     async with grpc.aio.insecure_channel(f"unix:{kubelet_socket}") as channel:
         register = channel.unary_unary(
             REGISTER,
             request_serializer=pb.RegisterRequest.SerializeToString,
             response_deserializer=pb.Empty.FromString,
         )
-        pending = dict(endpoints)
-        for _ in range(REGISTER_ATTEMPTS):
-            results = await asyncio.gather(
-                *(
-                    register(
-                        pb.RegisterRequest(
-                            version=VERSION, endpoint=endpoint, resource_name=name, options=OPTIONS
-                        ),
-                        timeout=30,
-                    )
-                    for name, endpoint in pending.items()
-                ),
-                return_exceptions=True,
+
+        async def register_one(name: str, endpoint: str) -> None:
+            request = pb.RegisterRequest(
+                version=VERSION, endpoint=endpoint, resource_name=name, options=OPTIONS
             )
-            failed = {
-                name: error
-                for name, error in zip(pending, results)
-                if isinstance(error, grpc.RpcError)
-            }
-            for name, error in failed.items():
-                print(f"floor: Register {name} failed: {error}", file=sys.stderr, flush=True)
-            pending = {name: pending[name] for name in failed}
-            if not pending:
-                return
+            for _ in range(REGISTER_ATTEMPTS):
+                try:
+                    await register(request, timeout=30)
+                    return
+                except grpc.RpcError as error:
+                    print(f"floor: Register {name} failed: {error}", file=sys.stderr, flush=True)
+
+        await asyncio.gather(
+            *(register_one(name, endpoint) for name, endpoint in endpoints.items())
+        )
 
 
 class _KubeletStarts(FileSystemEventHandler):
