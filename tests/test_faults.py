@@ -451,9 +451,12 @@ def reload_verdict(agent: AgentProcess) -> tuple[dict[str, int] | None, str]:
 # 408391430: a truncated main file without [agent] moved device_plugin_dir (issue 9).
 # 3540649418, 252638049, 2056230403: found an interim watcher that re-watched the drop-in
 # directory on its every "modified" event and lost the events in between.
-# 1881137: reported failing by the end-of-session check (which of the two `-k random`
-# tests, and why, not known); it passed every replay, kept so that it keeps being tried.
-@seeds(408391430, 3540649418, 252638049, 2056230403, 1881137, 871102402)
+# 1881137, 871102402, 956387797: reported failing by end-of-session checks (which of the two
+# `-k random` tests, and why, not said) and passing every replay here; kept in both so that
+# they keep being tried. 1881137 later failed the SIGKILL test in CI: grpc.aio's traceback at
+# stop (tests/test_wind_down.py). 956387797 came after that fix: 42 replays across the three
+# virtualenvs, on a loaded machine too, and a soak run of each passed.
+@seeds(408391430, 3540649418, 252638049, 2056230403, 1881137, 871102402, 956387797)
 def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_wins(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random
 ) -> None:
@@ -501,7 +504,7 @@ def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_win
 # --- SIGKILL and restart -------------------------------------------------------------------------
 
 
-@seeds(1881137, 871102402)  # see the random config-write test's seeds
+@seeds(1881137, 871102402, 956387797)  # see the random config-write test's seeds
 def test_sigkill_at_random_moments_then_restart_recovers(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random
 ) -> None:
