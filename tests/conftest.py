@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import signal
+from types import FrameType
 
 # The tests fork (subprocess) while the in-process kubelet stand-in runs gRPC threads. gRPC's
 # fork handlers restart its poller in the child between fork and exec, where it can crash on
@@ -68,6 +70,19 @@ def agent(tmp_path: Path, device_plugin_dir: Path) -> Iterator[AgentProcess]:
         yield process
     finally:
         process.kill()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (a time limit, a cancelled CI job) ends the run as Ctrl-C does: pytest then
+    tears every fixture down, where Python's default would end it on the spot and leave the
+    agents' socket directories, the booted containers and their mounts behind. A second
+    SIGTERM ends it at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.hookimpl(hookwrapper=True)
