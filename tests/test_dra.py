@@ -15,6 +15,7 @@ import pytest
 from tests.harness import AgentProcess
 from tests.paths import short_temporary_directory
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
+from tests.standin.cdi import CdiRuntime, UnresolvableDevices
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.test_kubelet_dra import access
 from tests.test_metrics import scrape, value
@@ -242,7 +243,8 @@ def test_prepare_answers_with_the_tokens_and_their_cdi_spec_and_repeats_are_free
     apiserver: ApiServerStandin,
     dirs: dict[str, Path],
 ) -> None:
-    claim = allocate(apiserver, "web-1", "token-1", "token-3")
+    # A UID that begins with a digit, as 10 in 16 do: its device name needs CDI 0.5.0.
+    claim = allocate(apiserver, "web-1", "token-1", "token-3", uid=DIGIT_FIRST_UID)
     namespace, uid, name = claim_id(claim)
     result = kubelet.prepare(DRIVER, [(namespace, uid, name)])
     assert result.error is None
@@ -251,11 +253,12 @@ def test_prepare_answers_with_the_tokens_and_their_cdi_spec_and_repeats_are_free
         (("container-0-request-0-0",), POOL, "token-1", (cdi_id,)),
         (("container-0-request-0-0",), POOL, "token-3", ()),
     )
+    # What the container runtime makes of the spec: the variable, and nothing refused.
+    runtime = CdiRuntime([dirs["cdi"]])
+    assert runtime.environment([cdi_id]) == {ENV: "token-1,token-3"}
+    assert runtime.specs()[1] == {}
     spec = json.loads((dirs["cdi"] / f"{DRIVER}-{uid}.json").read_text())
-    assert spec["kind"] == f"{DRIVER}/claim"
-    assert spec["devices"] == [
-        {"name": f"{uid}-0", "containerEdits": {"env": [f"{ENV}=token-1,token-3"]}}
-    ]
+    assert (spec["cdiVersion"], spec["kind"]) == ("0.5.0", f"{DRIVER}/claim")
     reads = len(claim_reads(apiserver))
     # The kubelet asks again (its own restart): the same answer, the claim not read again.
     assert kubelet.prepare(DRIVER, [(namespace, uid, name)]).claims == result.claims
@@ -280,6 +283,9 @@ def test_prepare_answers_with_the_tokens_and_their_cdi_spec_and_repeats_are_free
         assert done.claims[uid].error == ""
     assert not (dirs["cdi"] / f"{DRIVER}-{uid}.json").exists()
     assert status_json(serving)["resources"][0]["in_use"] == 0
+
+
+DIGIT_FIRST_UID = "8ec1876b-170f-42d6-8eed-6a902ceca2ec"  # a claim UID seen on a real node
 
 
 def claim_reads(apiserver: ApiServerStandin) -> list[Any]:
@@ -361,6 +367,49 @@ def test_an_agent_restart_changes_nothing_for_prepared_claims(
     assert len(claim_reads(apiserver)) == reads
     assert (dirs["cdi"] / f"{DRIVER}-{claim[1]}.json").exists()
     assert status_json(serving)["resources"][0]["in_use"] == 1
+
+
+def test_an_agent_started_over_specs_an_earlier_version_wrote_rewrites_them(
+    serving: AgentProcess,
+    kubelet: KubeletStandin,
+    apiserver: ApiServerStandin,
+    dirs: dict[str, Path],
+) -> None:
+    """Earlier builds (up to 68301fc) wrote every spec as CDI 0.3.0: a runtime refuses the
+    spec of a claim whose UID begins with a digit, and the kubelet retries its container with
+    the CDI IDs it has, never preparing the claim again; the new agent repairs it at start."""
+    claims = [
+        claim_id(allocate(apiserver, f"web-{n}", f"token-{n}", uid=f"{first}{DIGIT_FIRST_UID[1:]}"))
+        for n, first in enumerate("0a9")
+    ]
+    cdi_ids = {
+        uid: kubelet.prepare(DRIVER, [(ns, uid, name)]).claims[uid].devices[0][3][0]
+        for ns, uid, name in claims
+    }
+    assert serving.stop() == 0
+    for _, uid, _ in claims:
+        path = dirs["cdi"] / f"{DRIVER}-{uid}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "cdiVersion": "0.3.0"}))
+    runtime = CdiRuntime([dirs["cdi"]])
+    with pytest.raises(
+        UnresolvableDevices, match=re.escape("the spec version must be at least v0.5.0")
+    ):
+        runtime.environment([cdi_ids[claims[0][1]]])
+    assert runtime.environment([cdi_ids[claims[1][1]]]) == {ENV: "token-1"}
+    prepares = prepare_calls(kubelet)
+    serving.start()
+    kubelet.wait_for(registered, timeout=TIMEOUT)
+    assert "DRA: 3 claim(s) prepared by an earlier run" in serving.log()
+    for n, (_, uid, _) in enumerate(claims):
+        assert runtime.environment([cdi_ids[uid]]) == {ENV: f"token-{n}"}
+    assert runtime.specs()[1] == {}
+    assert prepare_calls(kubelet) == prepares
+
+
+def prepare_calls(kubelet: KubeletStandin) -> int:
+    view = kubelet.snapshot().dra
+    assert view is not None
+    return len(view.drivers[DRIVER].prepares)
 
 
 def test_a_v1beta1_kubelet_is_served_v1beta1(

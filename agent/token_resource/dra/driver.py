@@ -3,8 +3,8 @@
 Started when the configuration first has a DRA resource and kept until the agent stops: the
 DRA service socket (``<plugins_dir>/<driver>/dra.sock``) serves NodePrepareResources, the
 registration socket tells the kubelet where it is, and the publisher keeps one pool per DRA
-resource in ResourceSlices. The prepared claims are read from disk before either socket
-exists, so a restarted agent answers for them as before.
+resource in ResourceSlices. The prepared claims are read from disk, and their CDI specs
+written, before either socket exists, so a restarted agent answers for them as before.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class DraDriver:
         self._prepared.load()
         if self._prepared:
             log.info("DRA: %d claim(s) prepared by an earlier run", len(self._prepared))
+            self._service.restore_specs()
         self._service_socket.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server()
         server.add_generic_rpc_handlers(tuple(dra_plugin_handlers(self._service)))

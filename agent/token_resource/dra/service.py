@@ -5,7 +5,10 @@ that each of the driver's devices allocated to it is a token this node publishes
 CDI spec that tells its containers their tokens, and records it on disk; the answer names the
 devices and their CDI IDs. Both calls are idempotent, keyed by claim UID: a claim prepared
 before is answered from the record (its spec written again: /var/run is empty after a reboot),
-and unpreparing a claim the agent does not know, or one deleted meanwhile, succeeds.
+and unpreparing a claim the agent does not know, or one deleted meanwhile, succeeds. At start
+every recorded claim's spec is written anew: a kubelet prepares a claim once (again only after
+its own restart) and retries a failed container with the CDI IDs it has, so a spec lost in a
+reboot, or one an earlier version wrote that the runtime refuses, is repaired only that way.
 """
 
 from __future__ import annotations
@@ -60,6 +63,17 @@ class DraService:
         self._on_change = on_change
         # A claim being prepared: a second call for it (the kubelet retrying) waits for it.
         self._preparing: dict[str, asyncio.Future[PreparedClaim]] = {}
+
+    def restore_specs(self) -> None:
+        """Write the CDI spec of every claim prepared by an earlier run, as this version writes
+        it; a spec that cannot be written is logged, and written again if the kubelet asks."""
+        for uid, claim in self._prepared.items():
+            try:
+                self._write_spec(uid, claim.devices)
+            except OSError as error:
+                log.error(
+                    "claim %s/%s: cannot write its CDI spec: %s", claim.namespace, claim.name, error
+                )
 
     async def NodePrepareResources(
         self, request: pb.NodePrepareResourcesRequest, context: Context

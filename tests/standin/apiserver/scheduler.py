@@ -60,11 +60,13 @@ class SchedulerMixin:
         results: Sequence[tuple[str, str, str]],
         device_class: str | None = None,
         extended_resource: str | None = None,
+        uid: str | None = None,
     ) -> dict[str, Any]:
         """Create a claim allocated to ``results`` ((request, pool, device) each) and reserved
         for ``pod``, and that pod bound to ``node``; returns the claim (with its uid).
         ``extended_resource`` (e.g. ``example.com/token``) makes it the bridge's claim, named
-        by the scheduler (``name`` is then ignored)."""
+        by the scheduler (``name`` is then ignored). ``uid``: the claim's, else a random one
+        (a test that depends on its first character names it)."""
         with self._cond:
             pod_uid = str(uuid.uuid4())
             requests = sorted({request for request, _, _ in results})
@@ -76,7 +78,7 @@ class SchedulerMixin:
             metadata: dict[str, Any] = {
                 "name": name,
                 "namespace": namespace,
-                "uid": str(uuid.uuid4()),
+                "uid": uid or str(uuid.uuid4()),
                 "generation": 1,
                 "creationTimestamp": now(),
             }
