@@ -50,6 +50,10 @@ DOWNLOAD_ONLY = (
     # Suggested by the .deb: reading a kubeconfig (node-status and DRA resources).
     "python3-yaml",
 )
+# Downloaded only, in one suite's rootfs: Debian 13's containerd (1.7, CDI read with
+# enable_cdi, the CDI library's version rules enforced), which tests/system/test_cdi_containerd.py
+# unpacks and runs on the host.
+DOWNLOAD_ONLY_BY_SUITE = {"trixie": ("containerd",)}
 # Bump to rebuild every cached rootfs when the recipe below changes.
 RECIPE = 1
 
@@ -147,7 +151,7 @@ def rootfs_tarball(suite: str = DEFAULT_SUITE) -> Path:
         "mirror": mirror,
         "variant": "minbase",
         "include": sorted(INCLUDE),
-        "download_only": sorted(DOWNLOAD_ONLY),
+        "download_only": sorted(_download_only(suite)),
     }
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     directory = cache_dir()
@@ -161,6 +165,10 @@ def rootfs_tarball(suite: str = DEFAULT_SUITE) -> Path:
             _build_rootfs_tarball(tarball, suite, mirror)
             (directory / f"{tarball.name}.json").write_text(json.dumps(recipe, indent=1) + "\n")
     return tarball
+
+
+def _download_only(suite: str) -> tuple[str, ...]:
+    return DOWNLOAD_ONLY + DOWNLOAD_ONLY_BY_SUITE.get(suite, ())
 
 
 def _build_rootfs_tarball(tarball: Path, suite: str, mirror: str) -> None:
@@ -189,7 +197,7 @@ def _build_rootfs_tarball(tarball: Path, suite: str, mirror: str) -> None:
         ]
         run([*chroot, "apt-get", "update", "-q"], timeout=300)
         run(
-            [*chroot, "apt-get", "install", "-q", "-y", "--download-only", *DOWNLOAD_ONLY],
+            [*chroot, "apt-get", "install", "-q", "-y", "--download-only", *_download_only(suite)],
             timeout=600,
         )
         partial = tarball.with_suffix(".partial")
