@@ -8,9 +8,9 @@
 #                   (TOKEN_RESOURCE_SEED=N replays it), to be kept in the test's @seeds(...)
 
 BENCH_ARGS ?=
-# The agent as it was before its plugin sockets moved into their own directory (issue 20),
+# The agent as it was before the cost per resource was cut (issue 28),
 # measured beside today's and the floor in the same run.
-BENCH_BEFORE ?= 97bbbff
+BENCH_BEFORE ?= 6cf569d
 SOAK_ARGS ?=
 FUZZ_SEEDS ?= 300
 FUZZ_EXAMPLES ?= 20000
