@@ -17,8 +17,8 @@ from pathlib import Path
 from bench.scenarios import TOKENS, Scale, Section, counts_of, mib, ms, start_and_register
 from bench.support import Bench, Sample, cpu_seconds, rss_kib
 
-# A client's work does not end when the stand-in has every list: the agent collects garbage
-# a second after a burst of registrations (kubelet/reconciler.py). Counted with the rest.
+# A client's work does not end the moment the stand-in has every list (answers in flight, the
+# streams' last messages, log lines): what it does in this time after is counted too.
 TRAILING_SECONDS = 1.5
 
 

@@ -354,6 +354,33 @@ def test_kubelet_restarts_re_register_everything(
     assert kubelet.allocate("example.com/token", ["token-1"]).container_responses
 
 
+def test_a_burst_of_registrations_is_one_log_line(
+    agent: AgentProcess, kubelet: KubeletStandin
+) -> None:
+    """At 1,000 resources a line per resource and restart would be 1,000 lines: one says it all
+    (the per-resource lines are at debug level, which --verbose shows)."""
+    names = [f"example.com/r{index}" for index in range(7)]
+    agent.write_config("[resources]\n" + "".join(f'"{name}" = 2\n' for name in names))
+    agent.start()
+    summary = (
+        "7 resource(s) registered with the kubelet: example.com/r0=2, example.com/r1=2, "
+        "example.com/r2=2, example.com/r3=2, example.com/r4=2, and 2 more"
+    )
+    agent.wait_for_log(summary)
+    kubelet.restart()
+    kubelet.wait_for(lambda view: all(r.registrations == 2 for r in view.resources.values()))
+    deadline = time.monotonic() + 20
+    while agent.log().count(summary) < 2:
+        assert time.monotonic() < deadline, agent.log()
+        time.sleep(0.02)
+    log = agent.log()
+    assert log.count(summary) == 2
+    assert log.count("registering 7 resource(s)") == 1  # the restart's
+    # No line of its own for any resource (the status lines name the first five only).
+    assert "example.com/r5" not in log, log
+    assert "example.com/r6" not in log, log
+
+
 def test_kubelet_absent_at_start(agent: AgentProcess, device_plugin_dir: Path) -> None:
     agent.write_config(TWO_RESOURCES)
     agent.start()

@@ -31,7 +31,7 @@ from token_resource.kubelet.reconciler import Reconciler
 from token_resource.kubelet.sockets import remove_stale_sockets, remove_subdirectory
 from token_resource.observe.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
 from token_resource.observe.report import PluginSockets, StatusReport
-from token_resource.summary import dra_report, resource_reports, status_line
+from token_resource.summary import STATUS_LISTED, dra_report, resource_reports, status_line
 
 if TYPE_CHECKING:
     from token_resource.observe.exposition import Exposition
@@ -305,7 +305,7 @@ class Agent:
     def _status(self) -> str:
         """One line for ``systemctl status``: resources, registration, the last config error."""
         return status_line(
-            self._reconciler.states(),
+            self._reconciler.summary(STATUS_LISTED),
             self._reconciler.kubelet_present(),
             self._in_use,
             self._advertiser.state_of_node() if self._advertiser is not None else None,

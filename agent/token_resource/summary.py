@@ -14,15 +14,15 @@ from token_resource.apiserver.nodestatus import NodeStatusState
 from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, ResourceSpec
 from token_resource.dra.driver import DraState
 from token_resource.kubelet.allocation import Allocation
-from token_resource.kubelet.reconciler import PluginState
+from token_resource.kubelet.reconciler import PluginState, PluginSummary
 from token_resource.observe.report import DraReport, Holder, ResourceReport, SliceReport
 
-_STATUS_LISTED = 5
+STATUS_LISTED = 5
 _STATUS_ERROR_CHARS = 300
 
 
 def status_line(
-    plugins: Sequence[PluginState],
+    plugins: PluginSummary,
     kubelet_present: bool,
     in_use: Mapping[str, int] | None,
     node_status: NodeStatusState | None,
@@ -31,23 +31,21 @@ def status_line(
 ) -> str:
     """One line for ``systemctl status``: resources, registration, the last config error."""
     dra_pools = dra.slices.pools if dra is not None else ()
-    if not plugins and not (node_status and node_status.desired) and not dra_pools:
+    if not plugins.total and not (node_status and node_status.desired) and not dra_pools:
         text = "no resources configured"
-    elif not plugins:
+    elif not plugins.total:
         text = "no device-plugin resources"
     else:
         listed = ", ".join(
-            f"{state.name}={state.count}{_in_use(in_use, state.name)}"
-            for state in plugins[:_STATUS_LISTED]
+            f"{state.name}={state.count}{_in_use(in_use, state.name)}" for state in plugins.first
         )
-        if len(plugins) > _STATUS_LISTED:
-            listed += f", and {len(plugins) - _STATUS_LISTED} more"
+        if plugins.total > len(plugins.first):
+            listed += f", and {plugins.total - len(plugins.first)} more"
         if kubelet_present:
-            registered = sum(state.registered for state in plugins)
-            where = f"{registered}/{len(plugins)} registered"
+            where = f"{plugins.registered}/{plugins.total} registered"
         else:
             where = "waiting for the kubelet"
-        text = f"{len(plugins)} resource(s), {where}: {listed}"
+        text = f"{plugins.total} resource(s), {where}: {listed}"
     if node_status is not None and (node_status.desired or node_status.state != ACCEPTED):
         listed = ", ".join(f"{name}={count}" for name, count in node_status.desired.items())
         text += f"; node status of {node_status.node}: {node_status.state}"
@@ -74,7 +72,7 @@ def _dra_summary(dra: DraState, in_use: Mapping[str, int] | None) -> str:
         kubelet = f"refused by the kubelet ({dra.registration_error})"
     listed = ", ".join(
         f"{pool.resource}={pool.count}{_in_use(in_use, pool.resource)}"
-        for pool in dra.slices.pools[:_STATUS_LISTED]
+        for pool in dra.slices.pools[:STATUS_LISTED]
     )
     slices = (
         dra.slices.state

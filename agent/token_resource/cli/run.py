@@ -10,6 +10,7 @@ from token_resource.cli.common import EXIT_FAILED, EXIT_OK, complain, load_serva
 from token_resource.config.errors import ConfigError
 from token_resource.host import logs
 from token_resource.host.control import ControlError, default_control_socket
+from token_resource.host.memory import limit_malloc_arenas
 
 # The libraries `run` needs beyond the standard library: the module, the distribution package
 # that provides it (the same name on Debian and on Fedora/RHEL) and its name on PyPI.
@@ -65,6 +66,8 @@ def _import_reason(module: str, error: ImportError) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Before gRPC starts its threads, each of which would take an arena of its own.
+    limit_malloc_arenas()
     problem = missing_libraries()
     if problem is not None:
         logs.print_error(problem)

@@ -1,6 +1,7 @@
 """The host wing: talks to what runs beside the agent on its own machine.
 
 systemd's notification socket (``notify``), the journal (``logs``), the operator's
-``token-resource reload``/``status`` (``control``), inotify (``fswatch``) and the lock that
-keeps one agent per directory (``lock``). It imports nothing of the agent's own but ``_compat``.
+``token-resource reload``/``status`` (``control``), inotify (``fswatch``), the lock that
+keeps one agent per directory (``lock``) and the C library's allocator (``memory``). It
+imports nothing of the agent's own but ``_compat``.
 """

@@ -62,6 +62,10 @@ class PluginServer:
         except FileNotFoundError:
             return False
 
+    def serving_intact(self) -> bool:
+        """Serving on an intact socket, with no serve or stop in progress: nothing to wait for."""
+        return not self._lifecycle.locked() and self.socket_intact()
+
     async def serve(self) -> None:
         """Serve on a fresh socket, replacing a running server."""
         async with self._lifecycle:

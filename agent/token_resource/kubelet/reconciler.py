@@ -10,7 +10,6 @@ leaves alone (``sockets``).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,12 +35,8 @@ MAX_RETRY_DELAY = 5.0
 # After a Register the kubelet answered, how long to wait for its ListAndWatch: a kubelet that
 # answers first and dials later (1.24-era) and cannot reach the socket never opens one.
 DIAL_BACK_SECONDS = 10.0
-# grpcio up to 1.80 closes a channel by walking the stack of every task. With 1.46 (RHEL 9's)
-# the frames it leaves refer to each other and to finished Register calls, whose connection
-# to the kubelet then stays open until the cyclic garbage collector runs: in a quiet agent that
-# can take hours, a connection to a dead kubelet kept per restart. A collection this long after
-# registrations end frees them, one for a burst of registrations (a full one takes 10-30 ms).
-COLLECT_DELAY = 1.0
+# Resources a log line names before it says "and N more".
+LOGGED_NAMES = 5
 
 
 @dataclass(frozen=True)
@@ -51,11 +46,23 @@ class PluginState:
     registered: bool
 
 
+@dataclass(frozen=True)
+class PluginSummary:
+    """The device-plugin resources in a few figures: what a status line needs, in time that
+    does not grow with their number."""
+
+    total: int
+    registered: int
+    first: tuple[PluginState, ...]  # the first few by name
+
+
 @dataclass
 class _Plugin:
     server: PluginServer
     registered: bool = False
     registering: asyncio.Task[None] | None = field(default=None, repr=False)
+    # Due when the kubelet has not opened ListAndWatch this long after Register.
+    dial_back: asyncio.TimerHandle | None = field(default=None, repr=False)
     # The kubelet.sock (by inode) that the plugin registered, or is registering, with.
     kubelet: int | None = None
 
@@ -78,21 +85,35 @@ class Reconciler:
         self.layout = SocketLayout(directory)
         self._plugins: dict[str, _Plugin] = {}
         self._by_endpoint: dict[str, _Plugin] = {}
+        # The names in order, made again after a change of the set of servers.
+        self._names: list[str] | None = None
+        self._registered = 0  # how many plugins are registered
         self._checks: set[asyncio.Task[None]] = set()
         self._fallback: asyncio.Task[None] | None = None
         # Changes of the set of servers (apply, the fallback) one at a time.
         self._changing = asyncio.Lock()
-        self._collection: asyncio.TimerHandle | None = None
 
     def kubelet_present(self) -> bool:
         """Whether a kubelet accepts calls on kubelet.sock (not merely a file left there)."""
         return self._kubelet.accepting()
 
     def states(self) -> list[PluginState]:
-        return [
-            PluginState(name, plugin.server.pool.count, plugin.registered)
-            for name, plugin in sorted(self._plugins.items())
-        ]
+        return [self._state(name) for name in self._sorted_names()]
+
+    def summary(self, first: int) -> PluginSummary:
+        names = self._sorted_names()[:first]
+        return PluginSummary(
+            len(self._plugins), self._registered, tuple(self._state(name) for name in names)
+        )
+
+    def _state(self, name: str) -> PluginState:
+        plugin = self._plugins[name]
+        return PluginState(name, plugin.server.pool.count, plugin.registered)
+
+    def _sorted_names(self) -> list[str]:
+        if self._names is None:
+            self._names = sorted(self._plugins)
+        return self._names
 
     async def apply(self, desired: Mapping[str, ResourceSpec]) -> list[str]:
         """Make the running servers match ``desired``: stop what is gone, update what changed
@@ -169,7 +190,7 @@ class Reconciler:
         self._kubelet.vanished()
         for plugin in self._plugins.values():
             self._cancel_registration(plugin)
-            plugin.registered = False
+            self._set_registered(plugin, False)
             plugin.kubelet = None  # a new kubelet.sock may reuse the inode
         self._on_change()
 
@@ -205,8 +226,6 @@ class Reconciler:
             self._register_soon(plugin)
 
     async def close(self) -> None:
-        if self._collection is not None:
-            self._collection.cancel()
         tasks = [*self._checks, *([self._fallback] if self._fallback else [])]
         for task in tasks:
             task.cancel()
@@ -218,42 +237,46 @@ class Reconciler:
         plugin = _Plugin(PluginServer(spec, self.layout, self._observer))
         await plugin.server.serve()
         self._plugins[spec.name] = self._by_endpoint[plugin.server.endpoint] = plugin
-        log.info("%s: serving %d token(s) on %s", spec.name, spec.count, plugin.server.endpoint)
+        self._names = None
+        log.debug("%s: serving %d token(s) on %s", spec.name, spec.count, plugin.server.endpoint)
         self._register_soon(plugin)
 
     async def _stop(self, plugin: _Plugin) -> None:
         del self._plugins[plugin.server.spec.name], self._by_endpoint[plugin.server.endpoint]
+        self._names = None
         self._cancel_registration(plugin)
+        self._set_registered(plugin, False)
         await plugin.server.stop()
 
     def _register_soon(self, plugin: _Plugin) -> None:
         self._cancel_registration(plugin)
-        plugin.registered = False
+        self._set_registered(plugin, False)
         plugin.kubelet = None
         plugin.registering = asyncio.ensure_future(self._keep_registered(plugin))
         self._on_change()
+
+    def _set_registered(self, plugin: _Plugin, registered: bool) -> None:
+        self._registered += registered - plugin.registered
+        plugin.registered = registered
 
     @staticmethod
     def _cancel_registration(plugin: _Plugin) -> None:
         if plugin.registering is not None:
             plugin.registering.cancel()
             plugin.registering = None
-
-    def _collect_soon(self) -> None:
-        if self._collection is None:
-            self._collection = asyncio.get_running_loop().call_later(COLLECT_DELAY, self._collect)
-
-    def _collect(self) -> None:
-        self._collection = None
-        gc.collect()
+        if plugin.dial_back is not None:
+            plugin.dial_back.cancel()
+            plugin.dial_back = None
 
     async def _keep_registered(self, plugin: _Plugin) -> None:
         """Serve on an intact socket, then register once the kubelet is there; retry on failure."""
         server, delay = plugin.server, FIRST_RETRY_DELAY
         while True:
             try:
-                # Shielded: a registration cancelled mid-way must not leave a half-built server.
-                await asyncio.shield(server.ensure_serving())
+                if not server.serving_intact():
+                    # Shielded: a registration cancelled mid-way must not leave a half-built
+                    # server.
+                    await asyncio.shield(server.ensure_serving())
                 kubelet = self._kubelet.inode()
                 if kubelet is None:
                     server.log.info("waiting for kubelet.sock to register")
@@ -263,10 +286,7 @@ class Reconciler:
                 # this task, and kubelet_started() must then see it unregistered.
                 plugin.kubelet = kubelet
                 opened = server.next_stream()
-                try:
-                    await client.register(server.endpoint, server.spec.name)
-                finally:
-                    self._collect_soon()
+                await client.register(server.endpoint, server.spec.name)
             except RegistrationError as error:
                 if error.answered and self.layout.subdirectory:
                     self._fall_back(f"it refused {server.endpoint}: {error}")
@@ -275,26 +295,44 @@ class Reconciler:
             except (OSError, RuntimeError) as error:
                 server.log.warning("registration failed, retrying in %.2f s: %s", delay, error)
             else:
-                plugin.registered = True
-                self._observer.registered(server.spec.name)
-                server.log.info("registered with the kubelet (%d token(s))", server.pool.count)
-                self._on_change()
-                await self._await_dial_back(server, opened)
+                self._registered_now(plugin, opened)
                 return
             self._observer.registration_failed(server.spec.name)
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RETRY_DELAY)
 
-    async def _await_dial_back(self, server: PluginServer, opened: asyncio.Event) -> None:
-        try:
-            await asyncio.wait_for(opened.wait(), DIAL_BACK_SECONDS)
-        except asyncio.TimeoutError:
-            if self.layout.subdirectory:
-                self._fall_back(f"it never connected to {server.endpoint}")
-            else:
-                server.log.warning(
-                    "the kubelet has not connected %g s after Register", DIAL_BACK_SECONDS
-                )
+    def _registered_now(self, plugin: _Plugin, opened: asyncio.Event) -> None:
+        server = plugin.server
+        self._set_registered(plugin, True)
+        self._observer.registered(server.spec.name)
+        server.log.debug("registered with the kubelet (%d token(s))", server.pool.count)
+        if self._registered == len(self._plugins):
+            log.info("%s", self._all_registered())
+        self._on_change()
+        if not opened.is_set():
+            plugin.dial_back = asyncio.get_running_loop().call_later(
+                DIAL_BACK_SECONDS, self._dial_back_missed, plugin, opened
+            )
+
+    def _all_registered(self) -> str:
+        """One line for a burst of registrations, where one per resource would be 1,000."""
+        summary = self.summary(LOGGED_NAMES)
+        listed = ", ".join(f"{state.name}={state.count}" for state in summary.first)
+        more = summary.total - len(summary.first)
+        return f"{summary.total} resource(s) registered with the kubelet: {listed}" + (
+            f", and {more} more" if more else ""
+        )
+
+    def _dial_back_missed(self, plugin: _Plugin, opened: asyncio.Event) -> None:
+        plugin.dial_back = None
+        if opened.is_set():
+            return
+        if self.layout.subdirectory:
+            self._fall_back(f"it never connected to {plugin.server.endpoint}")
+        else:
+            plugin.server.log.warning(
+                "the kubelet has not connected %g s after Register", DIAL_BACK_SECONDS
+            )
 
     def _fall_back(self, reason: str) -> None:
         """The kubelet does not take endpoints in the agent's directory: serve every resource
