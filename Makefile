@@ -65,7 +65,8 @@ $(VENV_DIR)/protoc/.installed:
 	$(VENV_DIR)/protoc/bin/pip install --quiet 'grpcio-tools==1.51.3'
 	touch $@
 
-PROTO_FILES := deviceplugin podresources pluginregistration dra_v1 dra_v1beta1
+PROTO_FILES := deviceplugin podresources pluginregistration dra_v1 dra_v1beta1 \
+	dra_health_v1alpha1 dra_health_v1
 proto: $(VENV_DIR)/protoc/.installed
 	mkdir -p $(PROTO_OUT)/agent $(PROTO_OUT)/tests
 	cd agent && for name in $(PROTO_FILES); do \

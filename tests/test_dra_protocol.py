@@ -12,8 +12,10 @@ from google.protobuf import descriptor_pb2
 
 from token_resource.protocol import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
 from token_resource.protocol.descriptor import ProtoFile
-from token_resource.protocol.dra import SUPPORTED_VERSIONS, method
+from token_resource.protocol.dra import SUPPORTED_VERSIONS, health_method, method
 from token_resource.protocol.dra_descriptor import FILE_V1, FILE_V1BETA1
+from token_resource.protocol.dra_health_descriptor import FILE_V1 as FILE_HEALTH_V1
+from token_resource.protocol.dra_health_descriptor import FILE_V1ALPHA1 as FILE_HEALTH_V1ALPHA1
 from token_resource.protocol.pluginregistration import (
     DRA_PLUGIN_TYPE,
     GET_INFO,
@@ -64,9 +66,27 @@ DRA_FACTS: dict[str, list[tuple[str, int, str, int]]] = {
         ("name", 3, "string", OPTIONAL),
     ],
 }
+# The health service (../shared/docs/dra.md, "The health service"); health is the enum
+# HealthStatus (UNKNOWN 0, HEALTHY 1, UNHEALTHY 2).
+HEALTH_FACTS: dict[str, list[tuple[str, int, str, int]]] = {
+    "NodeWatchResourcesRequest": [],
+    "DeviceIdentifier": [
+        ("pool_name", 1, "string", OPTIONAL),
+        ("device_name", 2, "string", OPTIONAL),
+    ],
+    "DeviceHealth": [
+        ("device", 1, "DeviceIdentifier", OPTIONAL),
+        ("health", 2, "HealthStatus", OPTIONAL),
+        ("last_updated_time", 3, "int64", OPTIONAL),
+        ("health_check_timeout_seconds", 4, "int64", OPTIONAL),
+        ("message", 5, "string", OPTIONAL),
+    ],
+    "NodeWatchResourcesResponse": [("devices", 1, "DeviceHealth", REPEATED)],
+}
 _SCALARS = {
     descriptor_pb2.FieldDescriptorProto.TYPE_STRING: "string",
     descriptor_pb2.FieldDescriptorProto.TYPE_BOOL: "bool",
+    descriptor_pb2.FieldDescriptorProto.TYPE_INT64: "int64",
 }
 
 
@@ -112,8 +132,29 @@ def test_dra_matches_the_wire_facts(file: ProtoFile) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("file", "package"), [(FILE_HEALTH_V1ALPHA1, "v1alpha1"), (FILE_HEALTH_V1, "v1")]
+)
+def test_the_health_service_matches_the_wire_facts(file: ProtoFile, package: str) -> None:
+    proto = file.file_descriptor_proto()
+    assert proto.package == package
+    assert fields_of(proto) == HEALTH_FACTS
+    [enum] = proto.enum_type
+    assert (enum.name, [(v.name, v.number) for v in enum.value]) == (
+        "HealthStatus",
+        [("UNKNOWN", 0), ("HEALTHY", 1), ("UNHEALTHY", 2)],
+    )
+    [service] = proto.service
+    assert service.name == "DRAResourceHealth"
+    assert [(m.name, m.server_streaming) for m in service.method] == [("NodeWatchResources", True)]
+    assert health_method(f"{package}.DRAResourceHealth") == (
+        f"/{package}.DRAResourceHealth/NodeWatchResources"
+    )
+
+
 def test_method_paths_and_version_names() -> None:
-    assert SUPPORTED_VERSIONS == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+    # The DRAPlugin versions first: a kubelet takes the first one it speaks.
+    assert SUPPORTED_VERSIONS == ("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth")
     assert (
         method("v1.DRAPlugin", "NodePrepareResources")
         == "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"

@@ -15,6 +15,9 @@ from google.protobuf import descriptor_pb2
 from token_resource.protocol import (
     deviceplugin_descriptor,
     dra_descriptor,
+    dra_health_descriptor,
+    dra_health_v1_pb2,
+    dra_health_v1alpha1_pb2,
     dra_v1_pb2,
     dra_v1beta1_pb2,
     pluginregistration_descriptor,
@@ -33,6 +36,8 @@ PROTOCOLS = {
     "pluginregistration": (pluginregistration_descriptor.FILE, pluginregistration_pb2),
     "dra_v1": (dra_descriptor.FILE_V1, dra_v1_pb2),
     "dra_v1beta1": (dra_descriptor.FILE_V1BETA1, dra_v1beta1_pb2),
+    "dra_health_v1alpha1": (dra_health_descriptor.FILE_V1ALPHA1, dra_health_v1alpha1_pb2),
+    "dra_health_v1": (dra_health_descriptor.FILE_V1, dra_health_v1_pb2),
 }
 protocols = pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 

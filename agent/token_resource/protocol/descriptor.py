@@ -18,17 +18,19 @@ from typing import Any, Optional, Union
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 _FDP = descriptor_pb2.FieldDescriptorProto
-STRING, BOOL, INT32, INT64, UINT64, MESSAGE = (
+STRING, BOOL, INT32, INT64, UINT64, MESSAGE, ENUM = (
     _FDP.TYPE_STRING,
     _FDP.TYPE_BOOL,
     _FDP.TYPE_INT32,
     _FDP.TYPE_INT64,
     _FDP.TYPE_UINT64,
     _FDP.TYPE_MESSAGE,
+    _FDP.TYPE_ENUM,
 )
 REPEATED, MAP = "repeated", "map"
 
-# A field: (number, name, a scalar type or the name of a message, "repeated" / "map" / None).
+# A field: (number, name, a scalar type or the name of a message or enum, "repeated" / "map" /
+# None).
 Field = tuple[
     int, str, Union["descriptor_pb2.FieldDescriptorProto.Type.ValueType", str], Optional[str]
 ]
@@ -46,6 +48,9 @@ class ProtoFile:
     services: dict[str, list[Method]]
     # message -> field numbers the .proto reserves
     reserved: dict[str, list[int]] = field(default_factory=dict)
+    # enum -> its values, (name, number) in the .proto's order (top-level enums, declared
+    # before the messages)
+    enums: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
     def file_descriptor_proto(self) -> descriptor_pb2.FileDescriptorProto:
         """The .proto file as protoc describes it."""
@@ -89,6 +94,17 @@ def _add_field(
 def _file_descriptor_proto(file: ProtoFile) -> descriptor_pb2.FileDescriptorProto:
     package = file.package
     proto = descriptor_pb2.FileDescriptorProto(name=file.name, package=package, syntax="proto3")
+    for name, values in file.enums.items():
+        enum = proto.enum_type.add(name=name)
+        for value_name, number in values:
+            enum.value.add(name=value_name, number=number)
+    _add_messages(proto, file)
+    _add_services(proto, file)
+    return proto
+
+
+def _add_messages(proto: descriptor_pb2.FileDescriptorProto, file: ProtoFile) -> None:
+    package = file.package
     for name, fields in file.messages.items():
         message = proto.message_type.add(name=name)
         for number, field_name, kind, label in fields:
@@ -106,13 +122,18 @@ def _file_descriptor_proto(file: ProtoFile) -> descriptor_pb2.FileDescriptorProt
                 type_name = f".{package}.{name}.{entry_name}"
                 field = _add_field(message, number, field_name, MESSAGE, type_name)
             elif isinstance(kind, str):
-                field = _add_field(message, number, field_name, MESSAGE, f".{package}.{kind}")
+                type_of = ENUM if kind in file.enums else MESSAGE
+                field = _add_field(message, number, field_name, type_of, f".{package}.{kind}")
             else:
                 field = _add_field(message, number, field_name, kind)
             if label is not None:
                 field.label = _FDP.LABEL_REPEATED
         for number in file.reserved.get(name, []):
             message.reserved_range.add(start=number, end=number + 1)
+
+
+def _add_services(proto: descriptor_pb2.FileDescriptorProto, file: ProtoFile) -> None:
+    package = file.package
     for service_name, methods in file.services.items():
         service = proto.service.add(name=service_name)
         for method_name, request, response, streaming in methods:
@@ -124,4 +145,3 @@ def _file_descriptor_proto(file: ProtoFile) -> descriptor_pb2.FileDescriptorProt
             method.options.SetInParent()  # the .proto's `{}` after each rpc
             if streaming:
                 method.server_streaming = True
-    return proto
