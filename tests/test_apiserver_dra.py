@@ -3,6 +3,8 @@ authorizer's, NodeRestriction's and RBAC's refusals. The client is Python's own 
 
 from __future__ import annotations
 
+import copy
+import datetime
 import http.client
 import json
 import threading
@@ -450,3 +452,336 @@ def test_fail_requests_covers_the_new_paths(
     pools = apiserver.snapshot().pools(NODE, DRIVER)
     assert pools[NODE].complete
     assert pools[NODE].devices == ("token-0", "token-1")
+
+
+# --- device taints ---------------------------------------------------------------------------
+
+TAINT = {"key": "example.com/unhealthy", "value": "true", "effect": "NoSchedule"}
+TIME_LAYOUT = "2006-01-02T15:04:05Z07:00"
+LABEL_KEY_RULE = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+
+
+def tainted(name: str, taints: dict[int, list[Any]], count: int = 2) -> dict[str, Any]:
+    """A slice whose device ``i`` has ``taints[i]``."""
+    body = a_slice(name=name, count=count)
+    for index, device_taints in taints.items():
+        body["spec"]["devices"][index]["taints"] = copy.deepcopy(device_taints)
+    return body
+
+
+def second() -> str:
+    """Now, as the API server writes a time."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_tainted_device_is_stored_and_returned_with_its_taint(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    node = clients["node"]
+    body = tainted(
+        "tainted",
+        {
+            0: [{**TAINT, "timeAdded": "2026-12-02T10:00:00.5+01:00"}],
+            1: [{"key": "example.com/drained", "effect": "None"}],  # no timeAdded
+            2: [],
+        },
+        count=3,
+    )
+    before = second()
+    status, created = node.request("POST", SLICES, body)
+    after = second()
+    assert status == 201, created
+    got = node.request("GET", f"{SLICES}/tainted")[1]
+    for seen in (created, got, apiserver.snapshot().slices["tainted"]):
+        devices = copy.deepcopy(seen["spec"]["devices"])
+        # Stored in UTC to the second, as metav1.Time is.
+        assert devices[0]["taints"] == [{**TAINT, "timeAdded": "2026-12-02T09:00:00Z"}]
+        # SetDefaults_DeviceTaint stamps a taint without a time.
+        assert before <= devices[1]["taints"][0].pop("timeAdded") <= after
+        assert devices[1]["taints"] == [{"key": "example.com/drained", "effect": "None"}]
+        assert "taints" not in devices[2]  # omitempty
+        assert [d["attributes"] for d in devices] == [
+            d["attributes"] for d in body["spec"]["devices"]
+        ]
+    # Sending back what it returned changes nothing.
+    status, again = node.request("PUT", f"{SLICES}/tainted", got)
+    assert status == 200, again
+    assert again["metadata"]["resourceVersion"] == got["metadata"]["resourceVersion"]
+    # Leaving the time out re-stamps the taint: a new spec, a new generation.
+    changed = copy.deepcopy(got)
+    del changed["spec"]["devices"][0]["taints"][0]["timeAdded"]
+    before = second()
+    status, updated = node.request("PUT", f"{SLICES}/tainted", changed)
+    assert status == 200, updated
+    assert before <= updated["spec"]["devices"][0]["taints"][0]["timeAdded"] <= second()
+    assert updated["metadata"]["generation"] == 2
+
+
+def test_a_device_may_have_16_taints_but_not_17(clients: dict[str, Client]) -> None:
+    node = clients["node"]
+    taints = [{"key": f"example.com/t{i}", "effect": "NoExecute"} for i in range(17)]
+    status, created = node.request("POST", SLICES, tainted("many", {1: taints[:16]}))
+    assert status == 201, created
+    status, body = node.request("POST", SLICES, tainted("too-many", {1: taints}))
+    assert (status, body["reason"]) == (422, "Invalid"), body
+    assert body["message"] == (
+        'ResourceSlice.resource.k8s.io "too-many" is invalid: spec.devices[1].taints: '
+        "Too many: 17: must have at most 16 items"
+    )
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueTooMany",
+            "message": "Too many: 17: must have at most 16 items",
+            "field": "spec.devices[1].taints",
+        }
+    ]
+    created["spec"]["devices"][1]["taints"].append(taints[16])  # an update is held to it too
+    status, body = node.request("PUT", f"{SLICES}/many", created)
+    assert (status, body["reason"]) == (422, "Invalid"), body
+    assert body["message"].endswith(
+        "spec.devices[1].taints: Too many: 17: must have at most 16 items"
+    )
+
+
+def test_a_slice_with_a_tainted_device_holds_at_most_64_devices(clients: dict[str, Client]) -> None:
+    admin = clients["admin"]
+    assert admin.request("POST", SLICES, tainted("t64", {63: [TAINT]}, count=64))[0] == 201
+    status, body = admin.request("POST", SLICES, tainted("t65", {64: [TAINT]}, count=65))
+    assert (status, body["reason"]) == (422, "Invalid"), body
+    assert body["message"] == (
+        'ResourceSlice.resource.k8s.io "t65" is invalid: spec.devices: '
+        "Too many: 65: must have at most 64 items"
+    )
+    status, untainted = admin.request("POST", SLICES, a_slice(name="u65", count=65))
+    assert status == 201, untainted
+    assert admin.request("POST", SLICES, a_slice(name="u128", count=128))[0] == 201
+    status, body = admin.request("POST", SLICES, a_slice(name="u129", count=129))
+    assert status == 422
+    assert body["message"].endswith("spec.devices: Too many: 129: must have at most 128 items")
+    # Tainting one device of the 65 is refused as well.
+    untainted["spec"]["devices"][0]["taints"] = [TAINT]
+    status, body = admin.request("PUT", f"{SLICES}/u65", untainted)
+    assert status == 422, body
+    assert body["message"].endswith("spec.devices: Too many: 65: must have at most 64 items")
+
+
+@pytest.mark.parametrize(
+    ("taint", "field", "messages"),
+    [
+        (
+            {"key": "example.com/unhealthy", "effect": "PreferNoSchedule"},
+            "effect",
+            [
+                'Unsupported value: "PreferNoSchedule": supported values: "NoExecute", '
+                '"NoSchedule", "None"'
+            ],
+        ),
+        ({"key": "example.com/unhealthy"}, "effect", ["Required value"]),
+        (
+            {"key": "bad key", "effect": "NoSchedule"},
+            "key",
+            [f'Invalid value: "bad key": name part {LABEL_KEY_RULE}'],
+        ),
+        (
+            {"effect": "NoSchedule"},
+            "key",
+            [
+                'Invalid value: "": name part must be non-empty',
+                f'Invalid value: "": name part {LABEL_KEY_RULE}',
+            ],
+        ),
+        (
+            {"key": "a/b/c", "effect": "NoExecute"},
+            "key",
+            [
+                f'Invalid value: "a/b/c": a valid label key {LABEL_KEY_RULE} with an optional DNS '
+                "subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            ],
+        ),
+        (
+            {"key": "/unhealthy", "effect": "NoExecute"},
+            "key",
+            ['Invalid value: "/unhealthy": prefix part must be non-empty'],
+        ),
+        (
+            {"key": f"example.com/{'k' * 64}", "effect": "NoExecute"},
+            "key",
+            [f'Invalid value: "example.com/{"k" * 64}": name part must be no more than 63 bytes'],
+        ),
+        (
+            {"key": "Example.com/unhealthy", "effect": "NoExecute"},
+            "key",
+            [
+                'Invalid value: "Example.com/unhealthy": prefix part a lowercase RFC 1123 '
+                "subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+                "must start and end with an alphanumeric character (e.g. 'example.com', regex "
+                "used for validation is "
+                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ],
+        ),
+        (
+            {**TAINT, "value": "-true"},
+            "value",
+            [
+                'Invalid value: "-true": a valid label must be an empty string or consist of '
+                "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                "alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
+                "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+            ],
+        ),
+        (
+            {**TAINT, "value": "v" * 64},
+            "value",
+            [f'Invalid value: "{"v" * 64}": must be no more than 63 bytes'],
+        ),
+    ],
+    ids=[
+        "effect-unknown",
+        "effect-missing",
+        "key-space",
+        "key-missing",
+        "key-two-slashes",
+        "key-empty-prefix",
+        "key-long-name",
+        "key-upper-prefix",
+        "value-dash",
+        "value-long",
+    ],
+)
+def test_bad_taints_are_refused_with_the_real_field_paths(
+    clients: dict[str, Client], taint: dict[str, Any], field: str, messages: list[str]
+) -> None:
+    body = tainted("bad", {1: [TAINT, taint]})
+    status, answer = clients["node"].request("POST", SLICES, body)
+    assert (status, answer["reason"]) == (422, "Invalid"), answer
+    path = f"spec.devices[1].taints[1].{field}"
+    assert answer["message"].startswith('ResourceSlice.resource.k8s.io "bad" is invalid: ')
+    assert f"{path}: {messages[0]}" in answer["message"]
+    assert [(c["field"], c["message"]) for c in answer["details"]["causes"]] == [
+        (path, message) for message in messages
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        (
+            "yesterday",
+            f'parsing time "yesterday" as "{TIME_LAYOUT}": cannot parse "yesterday" as "2006"',
+        ),
+        (
+            "2026-12-02 10:00:00Z",
+            f'parsing time "2026-12-02 10:00:00Z" as "{TIME_LAYOUT}": cannot parse " 10:00:00Z" '
+            'as "T"',
+        ),
+        (
+            "2026-12-02T10:00:00",
+            f'parsing time "2026-12-02T10:00:00" as "{TIME_LAYOUT}": cannot parse "" as "Z07:00"',
+        ),
+        ("2026-13-02T10:00:00Z", 'parsing time "2026-13-02T10:00:00Z": month out of range'),
+        ("2026-02-29T10:00:00Z", 'parsing time "2026-02-29T10:00:00Z": day out of range'),
+        ("2026-12-02T10:00:00Z+01", 'parsing time "2026-12-02T10:00:00Z+01": extra text: "+01"'),
+        (1764669600, "json: cannot unmarshal number into Go value of type string"),
+    ],
+    ids=["word", "space", "no-zone", "month", "day", "extra", "number"],
+)
+def test_an_undecodable_time_added_is_a_bad_request(
+    apiserver: ApiServerStandin, clients: dict[str, Client], given: Any, error: str
+) -> None:
+    body = tainted("late", {0: [{**TAINT, "timeAdded": given}]})
+    status, answer = clients["node"].request("POST", SLICES, body)
+    assert (status, answer["reason"]) == (400, "BadRequest"), answer
+    assert answer["message"] == (
+        f'ResourceSlice in version "v1" cannot be handled as a ResourceSlice: {error}'
+    )
+    assert "details" not in answer
+    assert not apiserver.snapshot().slices
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("2026-12-02T10:00:00+00:00", "2026-12-02T10:00:00Z"),
+        ("2026-12-02T10:00:00.999999999+01:00", "2026-12-02T09:00:00Z"),
+        ("2024-02-29T23:59:59-00:30", "2024-03-01T00:29:59Z"),
+        ("2026-12-02T7:00:00,5Z", "2026-12-02T07:00:00Z"),  # Go's parser takes both
+    ],
+)
+def test_time_added_is_stored_in_utc_to_the_second(
+    clients: dict[str, Client], given: str, stored: str
+) -> None:
+    body = tainted("timed", {0: [{**TAINT, "timeAdded": given}]})
+    status, created = clients["node"].request("POST", SLICES, body)
+    assert status == 201, created
+    assert created["spec"]["devices"][0]["taints"][0]["timeAdded"] == stored
+
+
+def test_a_patch_that_leaves_an_undecodable_time_added_is_invalid(
+    clients: dict[str, Client],
+) -> None:
+    node = clients["node"]
+    assert node.request("POST", SLICES, tainted("patched", {0: [TAINT]}))[0] == 201
+    devices = tainted("patched", {0: [{**TAINT, "timeAdded": "soon"}]})["spec"]["devices"]
+    patch = {"spec": {"devices": devices}}  # a merge patch replaces the list
+    status, answer = node.request("PATCH", f"{SLICES}/patched", patch, MERGE_PATCH)
+    assert (status, answer["reason"]) == (422, "Invalid"), answer
+    error = f'parsing time "soon" as "{TIME_LAYOUT}": cannot parse "soon" as "2006"'
+    assert answer["message"].startswith(' "" is invalid: patch: Invalid value: ')
+    assert answer["message"].endswith(f": {error}")
+    assert [cause["field"] for cause in answer["details"]["causes"]] == ["patch"]
+    stored = node.request("GET", f"{SLICES}/patched")[1]["spec"]["devices"][0]["taints"][0]
+    assert stored["timeAdded"].endswith("Z")
+
+
+def test_without_the_device_taints_gate_taints_are_dropped(ca: CertificateAuthority) -> None:
+    with ApiServerStandin(ca, tokens={ADMIN: True}, device_taints=False) as server:
+        client = Client(server, token=ADMIN)
+        try:
+            # 65 devices and a taint that would not validate: both pass, the taints go first.
+            body = tainted("quiet", {0: [TAINT], 1: [{"key": "bad key", "effect": "Never"}]}, 65)
+            status, created = client.request("POST", SLICES, body)
+            assert status == 201, created
+            expected = a_slice(name="quiet", count=65)["spec"]
+            got = client.request("GET", f"{SLICES}/quiet")[1]
+            for seen in (created, got, server.snapshot().slices["quiet"]):
+                assert seen["spec"] == expected
+            # An update that adds one: dropped too, though the generation moves (the strategy
+            # compares the specs before it drops the field).
+            changed = copy.deepcopy(got)
+            changed["spec"]["devices"][2]["taints"] = [TAINT]
+            status, updated = client.request("PUT", f"{SLICES}/quiet", changed)
+            assert status == 200, updated
+            assert updated["spec"] == expected
+            assert updated["metadata"]["generation"] == 2
+            # Decoding comes first: a bad time is still a bad request.
+            late = tainted("late", {0: [{**TAINT, "timeAdded": "later"}]})
+            assert client.request("POST", SLICES, late)[0] == 400
+        finally:
+            client.close()
+
+
+def test_a_slice_tainted_while_the_gate_was_on_keeps_its_taints(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    created = clients["node"].request("POST", SLICES, tainted("kept", {0: [TAINT]}))[1]
+    apiserver.stop()
+    apiserver.device_taints = False  # a restart with --feature-gates=DRADeviceTaints=false
+    apiserver.start()
+    node = Client(apiserver, apiserver.ca.node_certificate(NODE))
+    try:
+        changed = copy.deepcopy(created)
+        changed["spec"]["devices"][0]["taints"][0]["value"] = "false"
+        changed["spec"]["devices"][1]["taints"] = [TAINT]
+        status, updated = node.request("PUT", f"{SLICES}/kept", changed)
+        assert status == 200, updated
+        devices = updated["spec"]["devices"]
+        assert [taint["value"] for d in devices for taint in d["taints"]] == ["false", "true"]
+        status, fresh = node.request("POST", SLICES, tainted("fresh", {0: [TAINT]}))
+        assert status == 201, fresh
+        assert all("taints" not in device for device in fresh["spec"]["devices"])
+    finally:
+        node.close()

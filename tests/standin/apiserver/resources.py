@@ -11,7 +11,9 @@ one (a ``Status`` of Success, as registry.Store does without ReturnDeletedObject
 collection, every object the field selector matches (the deleted objects as a list). Lists
 carry ``metadata.resourceVersion``; objects ``uid``, ``resourceVersion``, ``generation`` (1 at
 creation, +1 when ``spec`` changes: resourceslice/strategy.go) and ``creationTimestamp``.
-ResourceSlices are validated as validation.py says; claims and classes are stored as given.
+ResourceSlices are decoded and defaulted, and with DRADeviceTaints off (``device_taints``)
+stripped of their taints, as taints.py says, then validated as validation.py says; claims and
+classes are stored as given.
 
 Authorization, after authentication, before anything else (so a node asking for a slice that
 does not exist gets 403, not 404):
@@ -46,7 +48,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from tests.standin.apiserver import validation
+from tests.standin.apiserver import taints, validation
 from tests.standin.apiserver.authz import RESOURCE_GROUP, Authorizer, forbidden, node_identity
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
 from tests.standin.apiserver.watch import (
@@ -91,6 +93,7 @@ class ResourcesMixin:
     _pods: dict[str, dict[str, Any]]  # "<namespace>/<name>" -> Pod
     _history: History
     _resource_versions: tuple[str, ...]
+    device_taints: bool  # the DRADeviceTaints feature gate
 
     def _next_revision(self) -> str:
         raise NotImplementedError
@@ -201,7 +204,7 @@ class ResourcesMixin:
             )
         if verb == "create":
             return self._create(collection, namespace, document, identity)
-        return self._update(collection, key, name, document)
+        return self._update(collection, key, name, document, patched=verb == "patch")
 
     def _existing(self, collection: str, key: str, name: str) -> dict[str, Any]:
         try:
@@ -268,11 +271,14 @@ class ResourcesMixin:
         self, collection: str, namespace: str, document: dict[str, Any], identity: Identity
     ) -> Reply:
         _check_kind(collection, document)
+        if collection == "resourceslices":
+            taints.decode(document)
         self._admit_slice(identity, "create", collection, document)
         obj = self._new_object(collection, document, namespace)
         name = obj["metadata"].get("name") or ""
         errors = validation.object_name(obj["metadata"])
         if collection == "resourceslices":
+            taints.drop_disabled(obj.get("spec"), None, enabled=self.device_taints)
             errors += validation.resource_slice(obj.get("spec"))
         if errors:
             raise validation.invalid_object(KINDS[collection], RESOURCE_GROUP, name, errors)
@@ -283,8 +289,12 @@ class ResourcesMixin:
             raise fail(409, "AlreadyExists", message, details)
         return Reply(201, self._put(collection, key, obj, "ADDED"))
 
-    def _update(self, collection: str, key: str, name: str, document: dict[str, Any]) -> Reply:
+    def _update(
+        self, collection: str, key: str, name: str, document: dict[str, Any], patched: bool = False
+    ) -> Reply:
         _check_kind(collection, document)
+        if collection == "resourceslices":
+            taints.decode(document, patched=patched)
         current = self._existing(collection, key, name)
         given = document.get("metadata")
         metadata: dict[str, Any] = given if isinstance(given, dict) else {}
@@ -312,14 +322,17 @@ class ResourcesMixin:
         for field in ("spec", "status"):
             if field in document:
                 updated[field] = copy.deepcopy(document[field])
+        spec_changed = updated.get("spec") != current.get("spec")  # before fields are dropped
         if collection == "resourceslices":
-            errors = validation.resource_slice(updated.get("spec"), current.get("spec") or {})
+            old_spec = current.get("spec") or {}
+            taints.drop_disabled(updated.get("spec"), old_spec, enabled=self.device_taints)
+            errors = validation.resource_slice(updated.get("spec"), old_spec)
             if errors:
                 raise validation.invalid_object(KINDS[collection], RESOURCE_GROUP, name, errors)
+        if spec_changed:
+            updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         if updated == current:  # a no-op keeps its resourceVersion, as on the real server
             return Reply(200, current)
-        if updated.get("spec") != current.get("spec"):
-            updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         return Reply(200, self._put(collection, key, updated, "MODIFIED"))
 
     # --- authorization (caller holds the lock) --------------------------------------------

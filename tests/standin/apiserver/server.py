@@ -55,7 +55,10 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
 
     ``resource_versions``: the versions of resource.k8s.io it serves (discovery.py);
     ``watch_history``: how many changes a watch can start from (older: 410 Expired);
-    ``version``: what ``/version`` says.
+    ``version``: what ``/version`` says; ``device_taints``: whether the DRADeviceTaints
+    feature gate is on (beta and on in 1.36; off, the taints of every device in a ResourceSlice
+    are dropped on create and update, taints.py). :attr:`device_taints` may be changed while
+    stopped, as a restart with other ``--feature-gates`` would.
 
     Thread-safe: one lock (inside ``_cond``) guards all state, and ``_cond`` is notified at
     every change, every request and every start and stop, so that :meth:`wait_for` wakes up.
@@ -72,6 +75,7 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
         resource_versions: Iterable[str] = ("v1",),
         watch_history: int = 1000,
         version: str = "1.36",
+        device_taints: bool = True,
     ) -> None:
         self.ca = ca or CertificateAuthority()
         self.host = "127.0.0.1"
@@ -81,6 +85,7 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
         self._kubelet_sync = kubelet_sync
         self._resource_versions = tuple(resource_versions)
         self._version_info = version_info(version)
+        self.device_taints = device_taints
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
         load_chain(self.tls, self.ca.server_certificate())

@@ -10,8 +10,17 @@ message ``ResourceSlice.resource.k8s.io "<name>" is invalid: <error>`` (several 
 Limits (pkg/apis/resource/types.go): 128 devices per slice, 32 attributes plus capacities per
 device, attribute names ``<C identifier>`` or ``<DNS subdomain>/<C identifier>`` (domain at
 most 63, identifier at most 32), string and version values at most 64, pool names at most 253
-made of DNS subdomains joined by ``/``. Not checked: node selectors' contents, taints, shared
-counters, consumable capacity's request policies (the agent uses none of them).
+made of DNS subdomains joined by ``/``.
+
+Device taints (``validateDeviceTaint``, ``haveDeviceTaints``; k8s.io/api resource/v1
+types.go of 1.36: ``DeviceTaintsMaxLength``, ``ResourceSliceMaxDevicesWithAdvancedFeatures``):
+at most 16 per device; a slice in which any device has one holds at most 64 devices; ``key``
+a label key (``metav1validation.ValidateLabelName``: labels.py), ``value`` empty or a label
+value, ``effect`` required and one of None, NoSchedule, NoExecute. On an update a device
+whose taints equal those of the stored device of that name is not checked again.
+``timeAdded`` is the decoder's (taints.py). Not checked: node selectors' contents, shared
+counters and the 64-device limit they (and list-type attributes) also set, consumable
+capacity's request policies (the agent uses none of them).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tests.standin.apiserver.labels import label_key_errors, label_value_errors
 from tests.standin.apiserver.quantities import canonical_quantity
 from tests.standin.apiserver.wire import Fail, fail
 
@@ -30,6 +40,9 @@ MAX_DRIVER_LENGTH = 63
 MAX_ID_LENGTH = 32
 MAX_VALUE_LENGTH = 64
 MAX_POOL_NAME_LENGTH = 253
+MAX_TAINTS = 16
+MAX_DEVICES_WITH_TAINTS = 64
+TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")  # in the order sets.List gives them
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
 _DNS_LABEL = re.compile(_LABEL)
@@ -64,7 +77,8 @@ class FieldError:
     """One entry of a field.ErrorList."""
 
     field: str
-    kind: str  # "Invalid value", "Required value", "Duplicate value", "Too long", "Too many"
+    kind: str  # "Invalid value", "Required value", "Duplicate value", "Too long", "Too many",
+    # "Unsupported value"
     value: Any = None
     detail: str = ""
     show_value: bool = True
@@ -109,6 +123,7 @@ _REASONS = {
     "Duplicate value": "FieldValueDuplicate",
     "Too long": "FieldValueTooLong",
     "Too many": "FieldValueTooMany",
+    "Unsupported value": "FieldValueNotSupported",
     "Forbidden": "FieldValueForbidden",
 }
 
@@ -178,14 +193,23 @@ def resource_slice(spec: Any, old: dict[str, Any] | None = None) -> list[FieldEr
             if new_value != old_value:
                 errors.append(invalid(field, new_value, "field is immutable"))
     errors += _placement(spec)
-    devices = spec.get("devices") or []
-    if len(devices) > MAX_DEVICES:
-        detail = f"must have at most {MAX_DEVICES} items"
+    devices = [device if isinstance(device, dict) else {} for device in spec.get("devices") or []]
+    tainted = any(device.get("taints") for device in devices)  # haveDeviceTaints
+    limit = MAX_DEVICES_WITH_TAINTS if tainted else MAX_DEVICES
+    if len(devices) > limit:
+        detail = f"must have at most {limit} items"
         return [*errors, FieldError("spec.devices", "Too many", len(devices), detail)]
+    stored: dict[Any, Any] = {}  # lookupDevice: the first stored device of each name
+    for device in (old or {}).get("devices") or []:
+        if isinstance(device, dict):
+            stored.setdefault(device.get("name"), device.get("taints") or [])
     seen: set[str] = set()
     for index, device in enumerate(devices):
-        errors += _device(device if isinstance(device, dict) else {}, f"spec.devices[{index}]")
-        name = device.get("name") if isinstance(device, dict) else None
+        path = f"spec.devices[{index}]"
+        errors += _device(device, path)
+        name = device.get("name")
+        if old is None or name not in stored or stored[name] != (device.get("taints") or []):
+            errors += device_taints(device.get("taints"), f"{path}.taints")
         if isinstance(name, str) and name in seen:
             errors.append(FieldError(f"spec.devices[{index}]", "Duplicate value", name))
         seen.add(name if isinstance(name, str) else "")
@@ -313,3 +337,30 @@ def _attribute(value: Any, field: str) -> list[FieldError]:
     elif len(present) > 1:
         errors.append(invalid(field, value, "exactly one value must be specified"))
     return errors
+
+
+def device_taints(taints: Any, path: str) -> list[FieldError]:
+    """validateSlice of a device's taints (at most 16) with validateDeviceTaint."""
+    taints = taints if isinstance(taints, list) else []
+    if len(taints) > MAX_TAINTS:
+        return [FieldError(path, "Too many", len(taints), f"must have at most {MAX_TAINTS} items")]
+    errors: list[FieldError] = []
+    for index, given in enumerate(taints):
+        taint = given if isinstance(given, dict) else {}
+        field = f"{path}[{index}]"
+        key = _text(taint.get("key"))  # ValidateLabelName, which requires it
+        errors += [invalid(f"{field}.key", key, error) for error in label_key_errors(key)]
+        value = _text(taint.get("value"))
+        if value:  # validateLabelValue, only for a non-empty value
+            errors += [invalid(f"{field}.value", value, e) for e in label_value_errors(value)]
+        effect = _text(taint.get("effect"))
+        if not effect:
+            errors.append(required(f"{field}.effect"))
+        elif effect not in TAINT_EFFECTS:
+            detail = "supported values: " + ", ".join(f'"{known}"' for known in TAINT_EFFECTS)
+            errors.append(FieldError(f"{field}.effect", "Unsupported value", effect, detail))
+    return errors
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
