@@ -92,6 +92,7 @@ def pytest_runtest_makereport(
     """On failure, show what the agent logged: the first thing anyone asks for."""
     outcome = yield
     report = outcome.get_result()
-    agent = item.funcargs.get("agent") if hasattr(item, "funcargs") else None
-    if report.failed and isinstance(agent, AgentProcess):
-        report.sections.append(("agent log", agent.log()))
+    arguments = getattr(item, "funcargs", {})
+    for name, value in arguments.items():
+        if report.failed and isinstance(value, AgentProcess):
+            report.sections.append((f"agent log ({name})", value.log()))

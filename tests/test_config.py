@@ -312,13 +312,13 @@ def test_deeply_nested_toml_is_a_config_error() -> None:
             '[resources."example.com/token"]\ncount = 1\ncolour = true\n',
             f"{TOKEN_KEY}.colour",
             3,
-            "advertise, count, env, remove",
+            "advertise, count, env, probe, remove",
         ),
         (
             '[resources]\n"example.com/token" = { count = 1, "odd key" = 2 }\n',
             f'{TOKEN_KEY}."odd key"',
             2,
-            "advertise, count, env, remove",
+            "advertise, count, env, probe, remove",
         ),
     ],
 )

@@ -19,7 +19,7 @@ from token_resource.apiserver import credentials
 from token_resource.apiserver.claims import read_claim
 from token_resource.apiserver.client import ApiClient, KubeError
 from token_resource.apiserver.credentials import load_credentials
-from token_resource.apiserver.publisher import SlicePublisher
+from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
 from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import KubernetesSettings
 
@@ -71,7 +71,7 @@ def published(count: int) -> Callable[[ApiServerView], bool]:
 def test_the_overlays_account_publishes_its_nodes_slices(apiserver: ApiServerStandin) -> None:
     async def scenario() -> None:
         publisher = SlicePublisher(IN_CLUSTER, DRIVER, lambda: None)
-        publisher.apply(IN_CLUSTER, DRIVER, {"example.com/token": 3})
+        publisher.apply(IN_CLUSTER, DRIVER, {"example.com/token": PoolWanted(3)})
         try:
             deadline = time.monotonic() + 30
             while not published(3)(apiserver.snapshot()):

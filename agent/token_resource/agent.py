@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 import signal
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,8 @@ from token_resource.config.load import load_reload
 from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, Config
 from token_resource.config.watch import DISAPPEARED_SETTLE_SECONDS, ConfigPaths
 from token_resource.dra.driver import DraDriver
+from token_resource.health.monitor import HealthMonitor
+from token_resource.health.state import TokenHealth
 from token_resource.host.control import Answer, ControlServer
 from token_resource.host.fswatch import DirectoryWatcher, FileEvent
 from token_resource.host.lock import directory_lock
@@ -91,6 +93,8 @@ class Agent:
         self._advertiser: NodeStatusAdvertiser | None = None
         # Only started once the config has a DRA resource.
         self._dra: DraDriver | None = None
+        self._monitor = HealthMonitor(self._health_changed, self._observer)
+        self._readvertising = False
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._pending_reload: asyncio.TimerHandle | None = None
@@ -113,7 +117,10 @@ class Agent:
                 self._watch_config()
                 self._watcher.start()
                 self._install_signal_handlers(loop)
-                _, failures = await self._apply(self._initial)
+                # Under the reload lock, as every apply: a probe's first check may end
+                # meanwhile, and its change of health is advertised once this is done.
+                async with self._reload_lock:
+                    _, failures = await self._apply(self._initial)
                 if failures:
                     raise StartError("; ".join(failures))
                 self._observer.config_applied(APPLIED, initial=True)
@@ -170,21 +177,44 @@ class Agent:
         return True, described
 
     async def _apply(self, config: Config) -> tuple[ConfigDiff, list[str]]:
-        """Hand each resource to what advertises it: the device plugins, DRA or the Node
-        status."""
-        failures = await self._reconciler.apply(config.advertised_by(DEVICE_PLUGIN).resources)
-        failures += await self._apply_dra(config)
+        """Probe what the configuration says to probe, then advertise it."""
+        self._monitor.apply(config.resources)
+        failures = await self._advertise(config)
+        diff, self._config = diff_configs(self._config, config), config
+        return diff, failures
+
+    async def _advertise(self, config: Config) -> list[str]:
+        """Hand each resource, with its tokens' health, to what advertises it: the device
+        plugins, DRA or the Node status. The one path from the files and the probes to the
+        servers: a reload and a change of health both take it."""
+        health = {name: self._monitor.health(name) for name in config.resources}
+        device_plugins = config.advertised_by(DEVICE_PLUGIN).resources
+        failures = await self._reconciler.apply(device_plugins, health)
+        failures += await self._apply_dra(config, health)
         node_status = {
-            name: spec.count for name, spec in config.advertised_by(NODE_STATUS).resources.items()
+            name: health[name].healthy_count(spec.count)
+            for name, spec in config.advertised_by(NODE_STATUS).resources.items()
         }
         if config.manages_node_status and self._advertiser is None:
             self._advertiser = NodeStatusAdvertiser(config.kubernetes, self._publish_status)
         if self._advertiser is not None:
             self._advertiser.apply(config.kubernetes, node_status)
-        diff, self._config = diff_configs(self._config, config), config
-        return diff, failures
+        return failures
 
-    async def _apply_dra(self, config: Config) -> list[str]:
+    def _health_changed(self, resource: str) -> None:
+        """A probe changed its resource's health: advertise it, once for changes together."""
+        if not self._readvertising:
+            self._readvertising = True
+            self._spawn(self._readvertise())
+
+    async def _readvertise(self) -> None:
+        async with self._reload_lock:
+            self._readvertising = False
+            for failure in await self._advertise(self._config):
+                log.error("after a change of health: %s", failure)
+        self._publish_status()
+
+    async def _apply_dra(self, config: Config, health: Mapping[str, TokenHealth]) -> list[str]:
         resources = config.advertised_by(DRA).resources
         if resources and self._dra is None:
             driver = DraDriver(config.dra, config.kubernetes, self._observer, self._publish_status)
@@ -196,7 +226,7 @@ class Agent:
                 return [f"DRA driver {config.dra.driver}: cannot serve: {error}"]
             self._dra = driver
         if self._dra is not None:
-            self._dra.apply(config.kubernetes, resources)
+            self._dra.apply(config.kubernetes, resources, health)
         return []
 
     def _watch_config(self, renewed: Path | None = None) -> None:
@@ -261,7 +291,9 @@ class Agent:
         except AllocationUnknown as error:
             problem = str(error)
         dra = self._dra.state() if self._dra is not None else None
-        resources = resource_reports(states, allocation, self._config.resources, dra)
+        resources = resource_reports(
+            states, allocation, self._config.resources, dra, self._monitor.reports()
+        )
         in_use = {r.name: r.in_use for r in resources if r.in_use is not None}
         if (None if allocation is None else in_use) != self._in_use:
             self._in_use = None if allocation is None else in_use
@@ -317,6 +349,7 @@ class Agent:
         for stop_signal in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(stop_signal)
         self._watcher.stop()
+        await self._monitor.close()
         for pending in (self._pending_reload, self._pending_status):
             if pending is not None:
                 pending.cancel()

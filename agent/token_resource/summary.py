@@ -8,14 +8,23 @@ it everything, it asks nobody.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from token_resource.apiserver.keeper import ACCEPTED
 from token_resource.apiserver.nodestatus import NodeStatusState
 from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, ResourceSpec
 from token_resource.dra.driver import DraState
+from token_resource.health.monitor import ProbeReport
 from token_resource.kubelet.allocation import Allocation
 from token_resource.kubelet.reconciler import PluginState, PluginSummary
-from token_resource.observe.report import DraReport, Holder, ResourceReport, SliceReport
+from token_resource.observe.report import (
+    DraReport,
+    HealthReport,
+    Holder,
+    ResourceReport,
+    SliceReport,
+    UnhealthyToken,
+)
 
 STATUS_LISTED = 5
 _STATUS_ERROR_CHARS = 300
@@ -89,8 +98,24 @@ def resource_reports(
     allocation: Allocation | None,
     resources: Mapping[str, ResourceSpec],
     dra: DraState | None,
+    probes: Mapping[str, ProbeReport],
 ) -> list[ResourceReport]:
     """A report per configured resource, whichever way it is advertised, ordered by name."""
+    return sorted(
+        (
+            replace(report, health=_health_report(probes.get(report.name), report.count))
+            for report in _reports(plugins, allocation, resources, dra)
+        ),
+        key=lambda report: report.name,
+    )
+
+
+def _reports(
+    plugins: Sequence[PluginState],
+    allocation: Allocation | None,
+    resources: Mapping[str, ResourceSpec],
+    dra: DraState | None,
+) -> list[ResourceReport]:
     reports = [
         ResourceReport(
             state.name,
@@ -111,7 +136,24 @@ def resource_reports(
     ]
     if dra is not None:
         reports += _dra_reports(dra)
-    return sorted(reports, key=lambda report: report.name)
+    return reports
+
+
+def _health_report(probe: ProbeReport | None, count: int) -> HealthReport | None:
+    if probe is None:
+        return None
+    unhealthy = tuple(
+        UnhealthyToken(f"token-{index}", reason)
+        for index, reason in probe.health.within(count).unhealthy.items()
+    )
+    return HealthReport(
+        probe.probe,
+        unhealthy,
+        probe.last_result,
+        probe.last_message,
+        probe.last_time,
+        probe.last_seconds,
+    )
 
 
 def _dra_reports(dra: DraState) -> list[ResourceReport]:
@@ -147,4 +189,5 @@ def dra_report(dra: DraState | None) -> DraReport | None:
         dra.registration_error,
         dra.slices.state,
         dra.slices.reason,
+        dra.slices.taints,
     )

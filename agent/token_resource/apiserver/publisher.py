@@ -10,6 +10,10 @@ every slice of its node, a person edits one) is a reason to sync again, and so i
 the watch, every ``resync_seconds``. Stopping the agent leaves the slices: the kubelet removes
 a driver's slices itself 30 s after its plugin is gone for good, so a restart (an upgrade)
 takes no tokens away.
+
+Unhealthy tokens are tainted; the first write whose answer comes back without the taints it
+sent (an API server with DRADeviceTaints off) makes the publisher leave unhealthy tokens out
+of the pools instead, for as long as it runs, said once in the log and in its state.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ from token_resource.apiserver.slices import (
     generation_of,
     matches,
     node_owner,
+    taints_kept,
 )
-from token_resource.config.model import KubernetesSettings
+from token_resource.config.model import NO_SCHEDULE, KubernetesSettings
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +52,23 @@ NO_DRA = (
 
 
 @dataclass(frozen=True)
+class PoolWanted:
+    """A resource's pool as wanted: its tokens, the unhealthy ones and their taint's effect."""
+
+    count: int
+    unhealthy: frozenset[int] = frozenset()
+    effect: str = NO_SCHEDULE
+
+
+@dataclass(frozen=True)
 class Wanted:
     settings: KubernetesSettings
     driver: str
-    # resource name -> count
-    counts: Mapping[str, int]
+    pools: Mapping[str, PoolWanted]  # by resource name
+
+
+class TaintsDropped(Exception):
+    """The API server dropped the taints of a slice it was sent."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,7 @@ class PoolState:
     count: int
     generation: int | None  # None until published
     slices: int
+    unhealthy: int = 0  # tokens tainted, or left out where taints are dropped
 
 
 @dataclass(frozen=True)
@@ -70,19 +88,25 @@ class PublisherState:
     pools: tuple[PoolState, ...]
     state: str  # pending, accepted or failing
     reason: str | None
+    # False once the API server was seen dropping device taints: unhealthy tokens are left out.
+    taints: bool = True
 
 
 class SlicePublisher(Keeper[Wanted]):
     def __init__(self, settings: KubernetesSettings, driver: str, on_change: Callable[[], None]):
         super().__init__("resource slices", Wanted(settings, driver, {}), on_change)
+        # Set once, from the sync's thread, when the API server is seen dropping taints.
+        self._taints = True
         # pool name -> the generation last written or found, so generations only grow.
         self._generations: dict[str, int] = {}
         # The resourceVersion of the last sync's list: the watch starts there.
         self._list_version = ""
 
-    def apply(self, settings: KubernetesSettings, driver: str, counts: Mapping[str, int]) -> None:
-        """Publish a pool per resource of ``counts``, and nothing else of the driver's."""
-        self.want(Wanted(settings, driver, dict(counts)))
+    def apply(
+        self, settings: KubernetesSettings, driver: str, pools: Mapping[str, PoolWanted]
+    ) -> None:
+        """Publish a pool per resource of ``pools``, and nothing else of the driver's."""
+        self.want(Wanted(settings, driver, dict(pools)))
 
     def resync(self) -> None:
         """Look again now (the kubelet registered the plugin: it may have wiped the slices)."""
@@ -91,24 +115,39 @@ class SlicePublisher(Keeper[Wanted]):
     def publisher_state(self) -> PublisherState:
         wanted = self.wanted
         node = node_name(wanted.settings)
-        pools = []
-        for resource, count in sorted(wanted.counts.items()):
-            pool = Pool(wanted.driver, node, resource, count)
+        states = []
+        for pool in self._pools(wanted):
             generation = self._generations.get(pool.name)
             slices = len(pool.slices(0)) if generation is not None else 0
-            pools.append(PoolState(resource, pool.name, count, generation, slices))
-        return PublisherState(node, wanted.driver, tuple(pools), self.state, self.reason)
+            unhealthy = sum(index < pool.count for index in pool.unhealthy)
+            state = PoolState(pool.resource, pool.name, pool.count, generation, slices, unhealthy)
+            states.append(state)
+        return PublisherState(
+            node, wanted.driver, tuple(states), self.state, self.reason, self._taints
+        )
 
     def _pools(self, wanted: Wanted) -> list[Pool]:
         node = node_name(wanted.settings)
-        return [Pool(wanted.driver, node, name, count) for name, count in wanted.counts.items()]
+        return [
+            Pool(wanted.driver, node, name, pool.count, pool.unhealthy, pool.effect, self._taints)
+            for name, pool in sorted(wanted.pools.items())
+        ]
 
     def _sync(self, wanted: Wanted) -> None:
         node = node_name(wanted.settings)
         with ApiClient(load_credentials(wanted.settings)) as client:
-            self._list_version = sync_slices(
-                client, node, wanted.driver, self._pools(wanted), self._generations
-            )
+            try:
+                self._list_version = sync_slices(
+                    client, node, wanted.driver, self._pools(wanted), self._generations
+                )
+            except TaintsDropped:
+                self._taints = False
+                log.warning(
+                    "resource slices: the API server drops device taints (DRADeviceTaints is "
+                    "off: Kubernetes before 1.36?): unhealthy tokens are left out of the "
+                    "pools instead"
+                )
+                raise KubeError("the API server dropped device taints: publishing again") from None
 
     async def _quiet(self, wanted: Wanted) -> None:
         """Watch the node's slices until one of the driver's changes, the watch ends, or
@@ -238,17 +277,19 @@ def _write(
     client: ApiClient, present: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]
 ) -> None:
     """Replace the slices ``present`` by ``wanted``: update those of the same name, create the
-    others, delete what is left."""
+    others, delete what is left. TaintsDropped if the API server did not keep the taints."""
     by_name = {str((item.get("metadata") or {}).get("name")): item for item in present}
     for item in wanted:
         name = item["metadata"]["name"]
         old = by_name.pop(name, None)
         if old is None:
-            client.create(SLICES_PATH, item)
+            stored = client.create(SLICES_PATH, item)
         else:
             version = (old.get("metadata") or {}).get("resourceVersion")
             replacement = {**item, "metadata": {**item["metadata"], "resourceVersion": version}}
-            client.replace(f"{SLICES_PATH}/{quote(name, safe='')}", replacement)
+            stored = client.replace(f"{SLICES_PATH}/{quote(name, safe='')}", replacement)
+        if not taints_kept(item, stored):
+            raise TaintsDropped(name)
     for name in by_name:
         try:
             client.delete(f"{SLICES_PATH}/{quote(name, safe='')}")

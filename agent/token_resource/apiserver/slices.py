@@ -1,10 +1,14 @@
 """The ResourceSlices of a node's DRA resources: one pool per resource, its tokens as devices.
 
 Pure: what the slices of a pool should hold, and whether the ones the API server holds are
-exactly that. A pool is written out in slices of at most 128 devices, all of one generation;
-consumers (the scheduler) use only the slices of a pool's highest generation and expect
-``resourceSliceCount`` of them, so any change of a pool's devices is a new generation written
-to every one of its slices.
+exactly that. A pool is written out in slices of at most 128 devices (64 when any device has a
+taint, as the API server requires), all of one generation; consumers (the scheduler) use only
+the slices of a pool's highest generation and expect ``resourceSliceCount`` of them, so any
+change of a pool's devices is a new generation written to every one of its slices.
+
+An unhealthy token is tainted (``<driver>/unhealthy``, NoSchedule unless its resource asks for
+NoExecute), so the scheduler allocates it no more; where the API server drops taints
+(DRADeviceTaints off, before 1.36), the pool leaves unhealthy tokens out instead.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from token_resource.config.model import DEVICES_PER_SLICE
+from token_resource.config.model import DEVICES_PER_SLICE, NO_SCHEDULE
 
 API_GROUP = "resource.k8s.io"
 API_VERSION = f"{API_GROUP}/v1"
@@ -25,6 +29,10 @@ SLICES_PATH = f"/apis/{API_VERSION}/resourceslices"
 # its token ID, the same as the device plugin's and the container's variable name it.
 RESOURCE_ATTRIBUTE = "resource"
 TOKEN_ATTRIBUTE = "token"
+# The API server's limit for a slice with any device taint (or counter consumption).
+DEVICES_PER_SLICE_WITH_TAINTS = 64
+# The taint of an unhealthy token: under the driver's domain.
+UNHEALTHY_TAINT = "unhealthy"
 _MAX_POOL_NAME = 253
 _POOL_PART = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _DIGEST_CHARS = 12
@@ -92,42 +100,60 @@ def slice_name(driver: str, pool: str, index: int) -> str:
     return f"{driver}-{_digest(pool)}-{index}"
 
 
-def devices(resource: str, count: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": f"token-{index}",
-            "attributes": {
-                RESOURCE_ATTRIBUTE: {"string": resource},
-                TOKEN_ATTRIBUTE: {"string": f"token-{index}"},
-            },
-        }
-        for index in range(count)
-    ]
+def taint_key(driver: str) -> str:
+    return f"{driver}/{UNHEALTHY_TAINT}"
 
 
 @dataclass(frozen=True)
 class Pool:
     """What one resource's pool on this node holds; a count of 0 is a pool of one empty slice
-    (a pool must have at least one), so the scheduler sees the resource with nothing free."""
+    (a pool must have at least one), so the scheduler sees the resource with nothing free.
+    ``unhealthy``: the indices of its unhealthy tokens, tainted with ``effect``, or left out
+    where the API server keeps no ``taints``."""
 
     driver: str
     node: str
     resource: str
     count: int
+    unhealthy: frozenset[int] = frozenset()
+    effect: str = NO_SCHEDULE
+    taints: bool = True
 
     @property
     def name(self) -> str:
         return pool_name(self.node, self.resource)
+
+    @property
+    def tainted(self) -> bool:
+        return self.taints and any(index < self.count for index in self.unhealthy)
+
+    def devices(self) -> list[dict[str, Any]]:
+        listed = []
+        for index in range(self.count):
+            device: dict[str, Any] = {
+                "name": f"token-{index}",
+                "attributes": {
+                    RESOURCE_ATTRIBUTE: {"string": self.resource},
+                    TOKEN_ATTRIBUTE: {"string": f"token-{index}"},
+                },
+            }
+            if index in self.unhealthy:
+                if not self.taints:
+                    continue
+                device["taints"] = [{"key": taint_key(self.driver), "effect": self.effect}]
+            listed.append(device)
+        return listed
 
     def slices(
         self, generation: int, owner: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """The pool's slices at ``generation``, as objects to create (``owner``: the Node, so
         that the slices go with it)."""
-        all_devices = devices(self.resource, self.count)
+        all_devices = self.devices()
+        per_slice = DEVICES_PER_SLICE_WITH_TAINTS if self.tainted else DEVICES_PER_SLICE
         chunks = [
-            all_devices[start : start + DEVICES_PER_SLICE]
-            for start in range(0, max(self.count, 1), DEVICES_PER_SLICE)
+            all_devices[start : start + per_slice]
+            for start in range(0, max(len(all_devices), 1), per_slice)
         ]
         metadata_extra = {"ownerReferences": [dict(owner)]} if owner else {}
         return [
@@ -171,11 +197,29 @@ def essence(item: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         "nodeName": spec.get("nodeName"),
         "pool": spec.get("pool"),
         "devices": [
-            {"name": device.get("name"), "attributes": device.get("attributes")}
+            {
+                "name": device.get("name"),
+                "attributes": device.get("attributes"),
+                # The API server sets timeAdded when it is left out.
+                "taints": [
+                    {key: taint.get(key) for key in ("key", "value", "effect")}
+                    for taint in device.get("taints") or []
+                ],
+            }
             for device in spec.get("devices") or []
         ],
     }
     return str((item.get("metadata") or {}).get("name")), kept
+
+
+def taints_kept(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
+    """Whether the API server kept the taints of a slice it was sent (one with
+    DRADeviceTaints off drops them silently)."""
+
+    def tainted(item: Mapping[str, Any]) -> int:
+        return sum(bool(d.get("taints")) for d in (item.get("spec") or {}).get("devices") or [])
+
+    return tainted(stored) >= tainted(sent)
 
 
 def generation_of(items: Iterable[Mapping[str, Any]]) -> int:

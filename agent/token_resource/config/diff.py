@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from token_resource.config.model import Config, ResourceSpec
+from token_resource.config.model import Config, ProbeSpec, ResourceSpec
 
 
 @dataclass(frozen=True)
@@ -56,4 +56,14 @@ def describe_change(old: ResourceSpec, new: ResourceSpec) -> str:
         )
         if before != after
     ]
+    if old.probe != new.probe:
+        parts.append(f"probe {describe_probe(old.probe)} → {describe_probe(new.probe)}")
     return ", ".join(parts) if parts else "unchanged"
+
+
+def describe_probe(probe: ProbeSpec | None) -> str:
+    """E.g. 'tcp 127.0.0.1:27000 every 10 s' or 'none'."""
+    if probe is None:
+        return "none"
+    target = " ".join(probe.target) if isinstance(probe.target, tuple) else probe.target
+    return f"{probe.kind} {target} every {probe.interval:g} s"

@@ -31,6 +31,7 @@ from token_resource.config.model import (
     DraSettings,
     KubernetesSettings,
     MetricsSettings,
+    ProbeSpec,
     ResourceSpec,
     format_listen,
 )
@@ -273,7 +274,17 @@ def _build_resource(
         )
         raise located(Invalid((*key_path, "count"), reason), count_file, texts[count_file])
     env = settings["env"][0] if "env" in settings else default_env_name(name)
-    return ResourceSpec(name, count, env, source, advertise, origins)
+    probe: ProbeSpec | None = settings["probe"][0] if "probe" in settings else None
+    if probe is not None and probe.taint_effect is not None and advertise != DRA:
+        probe_file = origins["probe"]
+        reason = (
+            "taint_effect only applies to DRA resources (their unhealthy tokens are tainted in "
+            "the ResourceSlices); a device-plugin resource reports them unhealthy to the "
+            "kubelet, a node-status one leaves them out of its count"
+        )
+        located_at = (*key_path, "probe", "taint_effect")
+        raise located(Invalid(located_at, reason), probe_file, texts[probe_file])
+    return ResourceSpec(name, count, env, source, advertise, origins, probe)
 
 
 def _env_collisions(

@@ -32,6 +32,46 @@ DEVICES_PER_SLICE = 128
 MAX_DRA_COUNT = 4096
 
 
+# Probes: what a resource's tokens stand for, asked whether they are usable (health/).
+COMMAND, TCP, HTTP, PATH = "command", "tcp", "http", "path"
+PROBE_KINDS = (COMMAND, TCP, HTTP, PATH)
+# In a path probe, the token's index: each token has a path of its own.
+INDEX_PLACEHOLDER = "{index}"
+# The effects of the taint a DRA resource's unhealthy tokens get in the ResourceSlices.
+NO_SCHEDULE, NO_EXECUTE = "NoSchedule", "NoExecute"
+# Kubernetes probes' defaults: periodSeconds, timeoutSeconds, failureThreshold, successThreshold.
+DEFAULT_PROBE_INTERVAL = 10.0
+DEFAULT_PROBE_TIMEOUT = 1.0
+DEFAULT_FAILURE_THRESHOLD = 3
+DEFAULT_SUCCESS_THRESHOLD = 1
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """How a resource's tokens are checked: ``kind`` is one of PROBE_KINDS, ``target`` its argv
+    (command), ``host:port`` (tcp), URL (http) or path, with INDEX_PLACEHOLDER for a path per
+    token (path). A token turns unhealthy after ``failure_threshold`` failed checks in a row
+    and healthy again after ``success_threshold`` good ones."""
+
+    kind: str
+    target: str | tuple[str, ...]
+    interval: float = DEFAULT_PROBE_INTERVAL
+    timeout: float = DEFAULT_PROBE_TIMEOUT
+    failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
+    success_threshold: int = DEFAULT_SUCCESS_THRESHOLD
+    # DRA resources only; None: NoSchedule.
+    taint_effect: str | None = None
+
+    @property
+    def per_token(self) -> bool:
+        """Whether each token has a check of its own (a path with the token's index)."""
+        return self.kind == PATH and INDEX_PLACEHOLDER in str(self.target)
+
+    @property
+    def effect(self) -> str:
+        return self.taint_effect or NO_SCHEDULE
+
+
 @dataclass(frozen=True)
 class ResourceSpec:
     """One extended resource: `count` devices named to pods through the `env` variable.
@@ -40,8 +80,9 @@ class ResourceSpec:
     kubelet), through DRA (ResourceSlices on the API server; the kubelet prepares the claims),
     or by patching the Node's status on the API server (``env`` is then unused).
     ``source`` is the last file that set any of its keys, ``origins`` the file of each key that
-    a file set (the others are defaults). Where a setting was written changes nothing the
-    kubelet or a pod can see, so neither takes part in comparisons.
+    a file set (the others are defaults): where a setting was written changes nothing the
+    kubelet or a pod can see, so neither takes part in comparisons. ``probe`` says how its
+    tokens' health is checked.
     """
 
     name: str
@@ -50,6 +91,8 @@ class ResourceSpec:
     source: Path = field(compare=False)
     advertise: str = DEVICE_PLUGIN
     origins: Mapping[str, Path] = field(default_factory=dict, compare=False)
+    # None: no probe, every token always healthy.
+    probe: ProbeSpec | None = None
 
     def origin(self, key: str) -> Path | None:
         """The file that set ``key``, or None for a default."""

@@ -25,11 +25,12 @@ from token_resource.config.model import (
     NODE_STATUS,
 )
 from token_resource.config.names import DNS_SUBDOMAIN, resource_name_problem
+from token_resource.config.probes import parse_probe
 
 # Allowed keys per section: a new setting starts here.
 TOP_LEVEL_KEYS = frozenset({"agent", "resources", "kubernetes", "metrics", "dra"})
 AGENT_KEYS = frozenset({"device_plugin_dir", "pod_resources_socket"})
-RESOURCE_KEYS = frozenset({"count", "env", "advertise"})
+RESOURCE_KEYS = frozenset({"count", "env", "advertise", "probe"})
 # In a resource's table, alone: takes away what earlier files defined.
 REMOVE_KEY = "remove"
 KUBERNETES_KEYS = frozenset({"kubeconfig", "in_cluster", "node_name", "resync_seconds"})
@@ -284,6 +285,8 @@ def _parse_resource(name: str, value: object) -> Mapping[str, Any] | None:
         keys["advertise"] = value["advertise"]
     if "env" in value:
         keys["env"] = _parse_env(value["env"], (*key_path, "env"))
+    if "probe" in value:
+        keys["probe"] = parse_probe(value["probe"], (*key_path, "probe"))
     return keys
 
 

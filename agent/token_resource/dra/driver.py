@@ -20,14 +20,16 @@ import grpc.aio
 from token_resource.apiserver.claims import Claim, read_claim
 from token_resource.apiserver.client import ApiClient
 from token_resource.apiserver.credentials import load_credentials, node_name
-from token_resource.apiserver.publisher import PublisherState, SlicePublisher
+from token_resource.apiserver.publisher import PoolWanted, PublisherState, SlicePublisher
 from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import DraSettings, KubernetesSettings, ResourceSpec
+from token_resource.dra.health import HealthService
 from token_resource.dra.prepared import PreparedClaim, PreparedClaims
 from token_resource.dra.registration import Registration, RegistrationServer
 from token_resource.dra.service import DraService
+from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.observe.observer import Observer
-from token_resource.protocol.dra import dra_plugin_handlers
+from token_resource.protocol.dra import dra_health_handlers, dra_plugin_handlers
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ class DraDriver:
             observer,
             on_change,
         )
+        self._health = HealthService(self.pools)
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
@@ -82,7 +85,9 @@ class DraDriver:
             self._service.restore_specs()
         self._service_socket.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server()
-        server.add_generic_rpc_handlers(tuple(dra_plugin_handlers(self._service)))
+        server.add_generic_rpc_handlers(
+            (*dra_plugin_handlers(self._service), *dra_health_handlers(self._health))
+        )
         server.add_insecure_port(f"unix:{self._service_socket}")
         await server.start()
         self._server = server
@@ -94,11 +99,25 @@ class DraDriver:
             self._registration.path,
         )
 
-    def apply(self, kubernetes: KubernetesSettings, resources: Mapping[str, ResourceSpec]) -> None:
-        """Publish a pool for each of ``resources`` (the DRA ones), and nothing else."""
+    def apply(
+        self,
+        kubernetes: KubernetesSettings,
+        resources: Mapping[str, ResourceSpec],
+        health: Mapping[str, TokenHealth],
+    ) -> None:
+        """Publish a pool for each of ``resources`` (the DRA ones), and nothing else, its
+        unhealthy tokens tainted; tell the kubelet's health stream."""
         self._kubernetes, self._resources = kubernetes, dict(resources)
-        counts = {name: spec.count for name, spec in resources.items()}
-        self._publisher.apply(kubernetes, self._settings.driver, counts)
+        pools = {
+            name: PoolWanted(
+                spec.count,
+                frozenset(health.get(name, ALL_HEALTHY).within(spec.count).unhealthy),
+                spec.probe.effect if spec.probe is not None else PoolWanted.effect,
+            )
+            for name, spec in resources.items()
+        }
+        self._publisher.apply(kubernetes, self._settings.driver, pools)
+        self._health.set_health(health)
 
     def pools(self) -> dict[str, ResourceSpec]:
         """Pool name -> the resource it publishes, as configured now."""
@@ -121,6 +140,7 @@ class DraDriver:
         await self._registration.stop()
         if self._server is not None:
             server, self._server = self._server, None
+            self._health.close()
             await server.stop(_STOP_GRACE_SECONDS)
             self._service_socket.unlink(missing_ok=True)
         await self._publisher.close()

@@ -10,6 +10,7 @@ import grpc
 import grpc.aio
 
 from token_resource.config.model import ResourceSpec
+from token_resource.health.state import TokenHealth
 from token_resource.kubelet.servicer import TokenServicer
 from token_resource.kubelet.sockets import SUBDIRECTORY_MODE, SocketLayout
 from token_resource.kubelet.tokens import TokenPool
@@ -54,6 +55,10 @@ class PluginServer:
         old_count, self.spec = self.pool.count, spec
         if self.pool.resize(spec.count):
             self.log.info("count %d → %d", old_count, spec.count)
+
+    def set_health(self, health: TokenHealth) -> None:
+        """Which tokens are unhealthy; open ListAndWatch streams get the new list."""
+        self.pool.set_health(health.within(self.spec.count))
 
     def socket_intact(self) -> bool:
         """Whether the file at our path is still the socket our server listens on."""

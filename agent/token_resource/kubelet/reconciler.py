@@ -14,10 +14,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Callable
 
 from token_resource.config.diff import diff_resources
 from token_resource.config.model import ResourceSpec
+from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.host.fswatch import FileEvent
 from token_resource.kubelet.connection import KubeletConnection
 from token_resource.kubelet.plugin import PluginServer
@@ -88,6 +90,7 @@ class Reconciler:
         # The names in order, made again after a change of the set of servers.
         self._names: list[str] | None = None
         self._registered = 0  # how many plugins are registered
+        self._health: Mapping[str, TokenHealth] = MappingProxyType({})
         self._checks: set[asyncio.Task[None]] = set()
         self._fallback: asyncio.Task[None] | None = None
         # Changes of the set of servers (apply, the fallback) one at a time.
@@ -115,14 +118,21 @@ class Reconciler:
             self._names = sorted(self._plugins)
         return self._names
 
-    async def apply(self, desired: Mapping[str, ResourceSpec]) -> list[str]:
+    async def apply(
+        self,
+        desired: Mapping[str, ResourceSpec],
+        health: Mapping[str, TokenHealth] = MappingProxyType({}),
+    ) -> list[str]:
         """Make the running servers match ``desired``: stop what is gone, update what changed
-        in place, start and register what is new. Returns why resources could not be served.
+        in place, start and register what is new, each listing its tokens with their
+        ``health`` (all healthy for a resource it does not name). Returns why resources could
+        not be served.
 
         Unchanged resources are not touched: no new socket, no new registration. The diff is
         taken against what runs, so a resource that failed to start is tried again next time.
         """
         async with self._changing:
+            self._health = health
             return await self._apply(desired)
 
     async def _apply(self, desired: Mapping[str, ResourceSpec]) -> list[str]:
@@ -133,6 +143,8 @@ class Reconciler:
             log.info("%s: removed; stopped serving", spec.name)
         for _, spec in diff.changed:
             self._plugins[spec.name].server.update(spec)
+        for name, plugin in self._plugins.items():
+            plugin.server.set_health(self._health.get(name, ALL_HEALTHY))
         # Created side by side: each socket's bind and listen are independent.
         started = await asyncio.gather(
             *(self._start(spec) for spec in diff.added), return_exceptions=True
@@ -235,6 +247,8 @@ class Reconciler:
 
     async def _start(self, spec: ResourceSpec) -> None:
         plugin = _Plugin(PluginServer(spec, self.layout, self._observer))
+        # Before it can register: the kubelet's first list must already say it.
+        plugin.server.set_health(self._health.get(spec.name, ALL_HEALTHY))
         await plugin.server.serve()
         self._plugins[spec.name] = self._by_endpoint[plugin.server.endpoint] = plugin
         self._names = None

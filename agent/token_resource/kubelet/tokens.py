@@ -6,8 +6,9 @@ import asyncio
 import re
 from collections.abc import AsyncGenerator, Iterable, Sequence
 
+from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.protocol import deviceplugin_pb2 as pb
-from token_resource.protocol.deviceplugin import HEALTHY
+from token_resource.protocol.deviceplugin import HEALTHY, UNHEALTHY
 
 TOKEN_ID_PREFIX = "token-"
 _TOKEN_ID = re.compile(r"token-(0|[1-9][0-9]*)")
@@ -40,15 +41,19 @@ class AllocationError(ValueError):
 
 
 class TokenPool:
-    """The devices of one resource: ``token-0`` .. ``token-<count-1>``, all healthy.
+    """The devices of one resource: ``token-0`` .. ``token-<count-1>``, each healthy unless its
+    probe says otherwise.
 
     IDs are stable: growing keeps the existing IDs and adds at the end, shrinking removes from
     the end, so an ID allocated before a reload or restart is still advertised afterwards.
-    Watchers receive the full list first and a new full list after every change.
+    Watchers receive the full list first and a new full list after every change. An unhealthy
+    token stays listed, as Unhealthy: the kubelet counts it out of allocatable and keeps the
+    pods that hold it.
     """
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, health: TokenHealth = ALL_HEALTHY) -> None:
         self._count = count
+        self._health = health
         self._changed = asyncio.Event()
         self._listing: pb.ListAndWatchResponse | None = None
 
@@ -65,6 +70,19 @@ class TokenPool:
         self.wake()
         return True
 
+    @property
+    def health(self) -> TokenHealth:
+        return self._health
+
+    def set_health(self, health: TokenHealth) -> bool:
+        """Which tokens are unhealthy; wakes every watcher if that changed."""
+        if health == self._health:
+            return False
+        self._health = health
+        self._listing = None
+        self.wake()
+        return True
+
     def wake(self) -> None:
         """Wake every watcher; each yields the current list (and may then decide to stop)."""
         # A fresh event per wake-up: a watcher that saw the old one wakes exactly once.
@@ -74,8 +92,12 @@ class TokenPool:
     def listing(self) -> pb.ListAndWatchResponse:
         """The current full device list, built once per version and shared by every stream."""
         if self._listing is None:
+            health = self._health
             self._listing = pb.ListAndWatchResponse(
-                devices=[pb.Device(ID=token_id(i), health=HEALTHY) for i in range(self._count)]
+                devices=[
+                    pb.Device(ID=token_id(i), health=HEALTHY if health.healthy(i) else UNHEALTHY)
+                    for i in range(self._count)
+                ]
             )
         return self._listing
 
@@ -97,7 +119,8 @@ class TokenPool:
     def preferred(
         self, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> list[str]:
-        """Exactly ``size`` IDs: the must-include ones first, then the lowest-numbered available.
+        """Exactly ``size`` IDs: the must-include ones first, then the lowest-numbered available,
+        healthy ones before unhealthy ones (which the kubelet does not offer anyway).
 
         Compact, predictable allocations: the same request always gets the same answer.
         """
@@ -114,8 +137,12 @@ class TokenPool:
                 f"allocation_size {size} must be between the {len(chosen)} must-include IDs "
                 f"and the {len(set(available))} available IDs"
             )
-        rest = sorted(set(available) - set(chosen), key=_index_of_known)
+        rest = sorted(set(available) - set(chosen), key=self._preference)
         return chosen + rest[: size - len(chosen)]
+
+    def _preference(self, device_id: str) -> tuple[bool, int]:
+        index = _index_of_known(device_id)
+        return not self._health.healthy(index), index
 
     def _check_known(self, device_ids: Iterable[str]) -> None:
         unknown = sorted(

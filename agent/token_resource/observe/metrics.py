@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 REPORT_WAIT_SECONDS = 5.0
 # Allocate answers in well under a millisecond; the top buckets show a stalled event loop.
 ALLOCATE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+# A probe takes from a stat (microseconds) to a command that asks a license server (seconds).
+PROBE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class Metrics:
@@ -92,6 +94,19 @@ class Metrics:
             )
             for action in ("prepare", "unprepare")
         }
+        self._probe_runs = Counter(
+            "token_resource_probe_runs",
+            "Checks of each resource's probe, by result (passed: every token; failed)",
+            ["resource", "result"],
+            registry=registry,
+        )
+        self._probe_duration = Histogram(
+            "token_resource_probe_duration_seconds",
+            "How long each check of a resource's probe took",
+            ["resource"],
+            buckets=PROBE_BUCKETS,
+            registry=registry,
+        )
         registry.register(_ReportCollector(loop, report))
 
     def config_applied(self, result: str, *, initial: bool) -> None:
@@ -117,6 +132,10 @@ class Metrics:
 
     def claim_unprepared(self, *, ok: bool) -> None:
         self._claims["unprepare"].labels("ok" if ok else "failed").inc()
+
+    def probe_ran(self, resource: str, seconds: float, *, ok: bool) -> None:
+        self._probe_runs.labels(resource, "passed" if ok else "failed").inc()
+        self._probe_duration.labels(resource).observe(seconds)
 
 
 class _ReportCollector(Collector):
@@ -149,14 +168,20 @@ class _ReportCollector(Collector):
         free = GaugeMetricFamily(
             "token_resource_tokens_free", "Tokens configured and not held", labels=["resource"]
         )
+        healthy = GaugeMetricFamily(
+            "token_resource_tokens_healthy",
+            "Tokens configured that the resource's probe finds usable (all, without a probe)",
+            labels=["resource"],
+        )
         for resource in report.resources:
             configured.add_metric([resource.name], resource.count)
+            healthy.add_metric([resource.name], resource.healthy)
             if resource.registered is not None:
                 registered.add_metric([resource.name], int(resource.registered))
             if resource.in_use is not None and resource.free is not None:
                 allocated.add_metric([resource.name], resource.in_use)
                 free.add_metric([resource.name], resource.free)
-        yield from (configured, registered, allocated, free)
+        yield from (configured, registered, allocated, free, healthy)
         yield GaugeMetricFamily(
             "token_resource_pod_resources_up",
             "1 when the kubelet's PodResources API answered for this scrape, else 0",

@@ -35,6 +35,9 @@ class Observer(Protocol):
     def claim_unprepared(self, *, ok: bool) -> None:
         """The kubelet's NodeUnprepareResources for one claim was answered."""
 
+    def probe_ran(self, resource: str, seconds: float, *, ok: bool) -> None:
+        """A check of the resource's probe took ``seconds``; ``ok``: every token passed."""
+
 
 class NullObserver:
     """Counts nothing: the agent without metrics."""
@@ -58,4 +61,7 @@ class NullObserver:
         pass
 
     def claim_unprepared(self, *, ok: bool) -> None:
+        pass
+
+    def probe_ran(self, resource: str, seconds: float, *, ok: bool) -> None:
         pass

@@ -6,6 +6,7 @@ JSON or renders it as text. The command imports only the standard library, so th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -42,6 +43,26 @@ class DraReport:
     registration_error: str | None
     slices_state: str  # pending, accepted or failing (the API server)
     slices_error: str | None
+    # False when the API server drops device taints: unhealthy tokens are left out instead.
+    taints: bool = True
+
+
+@dataclass(frozen=True)
+class UnhealthyToken:
+    token: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """A resource's probe and what it last said."""
+
+    probe: str  # e.g. "tcp 127.0.0.1:27000 every 10 s"
+    unhealthy: tuple[UnhealthyToken, ...]
+    last_result: str | None  # "passed" or "failed"; None before the first check
+    last_message: str | None
+    last_time: float | None  # unix time
+    last_seconds: float | None  # how long the check took
 
 
 @dataclass(frozen=True)
@@ -58,6 +79,15 @@ class ResourceReport:
     kubelet_allocatable: int | None = None
     # DRA resources only.
     slices: SliceReport | None = None
+    # Resources with a probe only.
+    health: HealthReport | None = None
+
+    @property
+    def healthy(self) -> int:
+        """Tokens a new pod may get: all of them, but those the probe found unusable."""
+        if self.health is None:
+            return self.count
+        return self.count - len(self.health.unhealthy)
 
     @property
     def in_use(self) -> int | None:
@@ -73,7 +103,7 @@ class ResourceReport:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(in_use=self.in_use, free=self.free)
+        data.update(in_use=self.in_use, free=self.free, healthy=self.healthy)
         return data
 
 
@@ -117,6 +147,7 @@ def render_text(report: Mapping[str, Any]) -> str:
         lines.append(f"who holds the tokens: unknown: {error}")
     for resource in report["resources"]:
         lines.append(f"{resource['name']}: {_describe(resource)}")
+        lines.extend(_health_lines(resource.get("health"), resource["count"]))
         lines.extend(
             f"  {_holder(holder)}: " + ", ".join(holder["device_ids"])
             for holder in resource["holders"] or ()
@@ -135,6 +166,22 @@ def render_text(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _health_lines(health: Mapping[str, Any] | None, count: int) -> list[str]:
+    if health is None:
+        return []
+    healthy = count - len(health["unhealthy"])
+    if health["last_result"] is None:
+        last = "not checked yet"
+    else:
+        last = f"last check {health['last_result']}: {health['last_message']}"
+        if health["last_time"] is not None:
+            moment = time.strftime("%H:%M:%S", time.localtime(health["last_time"]))
+            last += f" (at {moment}, {health['last_seconds']:.3f} s)"
+    lines = [f"  probe {health['probe']}: {healthy} of {count} healthy; {last}"]
+    lines += [f"  {token['token']} unhealthy: {token['reason']}" for token in health["unhealthy"]]
+    return lines
+
+
 def _holder(holder: Mapping[str, Any]) -> str:
     if holder.get("claim") is not None:
         return f"{holder['namespace']}/{holder['pod'] or '-'} (claim {holder['claim']})"
@@ -151,6 +198,8 @@ def _describe_dra(dra: Mapping[str, Any]) -> str:
     slices = dra["slices_state"]
     if dra["slices_error"]:
         slices += f": {dra['slices_error']}"
+    if not dra.get("taints", True):
+        slices += " (the API server drops device taints: unhealthy tokens are left out)"
     return f"DRA driver {dra['driver']} on node {dra['node']}: {kubelet}; resource slices {slices}"
 
 

@@ -1,0 +1,186 @@
+"""One check of what a resource's tokens stand for, on the event loop, bounded by its timeout.
+
+- command: the argv runs in a process group of its own (with the agent's privileges, in the
+  unit's sandbox); exit 0 is healthy. If the first line of its output is a whole number, that
+  many tokens are healthy (token-0 first) and the rest not: a license server's free seats.
+  A command still running at the timeout is killed with its whole group.
+- tcp: a connection to host:port opens.
+- http: a GET answers 2xx (http or https, certificates verified; no redirects followed, as the
+  kubelet's own probes do not follow them to other hosts either).
+- path: the file or device node exists; with ``{index}`` each token has its own path.
+
+A probe that cannot run (no such binary, permission denied, a name that does not resolve) is a
+failed check with that reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from token_resource.config.model import COMMAND, HTTP, INDEX_PLACEHOLDER, PATH, TCP, ProbeSpec
+
+# What is kept of a command's output and a reason: enough for a status line and a log.
+MAX_OUTPUT_BYTES = 4096
+MAX_REASON_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check: for each token whether it passed, why each failed one failed, and what the
+    probe said in a few words."""
+
+    passed: tuple[bool, ...]
+    message: str
+    reasons: dict[int, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(self.passed)
+
+
+async def check(probe: ProbeSpec, count: int) -> Outcome:
+    started = time.monotonic()
+    outcome = await _CHECKS[probe.kind](probe, count)
+    return Outcome(outcome.passed, outcome.message, outcome.reasons, time.monotonic() - started)
+
+
+def _all(count: int, ok: bool, message: str) -> Outcome:
+    message = _short(message)
+    return Outcome((ok,) * count, message, {} if ok else dict.fromkeys(range(count), message))
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
+
+
+async def _command(probe: ProbeSpec, count: int) -> Outcome:
+    argv: Sequence[str] = probe.target if isinstance(probe.target, tuple) else (probe.target,)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # a group of its own: a timeout kills what it started too
+        )
+    except OSError as error:
+        return _all(count, False, f"cannot run {argv[0]}: {error.strerror or error}")
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), probe.timeout)
+    except asyncio.TimeoutError:
+        _kill_group(process.pid)
+        await process.wait()
+        return _all(count, False, f"{argv[0]} still running after {probe.timeout:g} s: killed")
+    except asyncio.CancelledError:
+        _kill_group(process.pid)
+        await asyncio.shield(process.wait())
+        raise
+    text = output[:MAX_OUTPUT_BYTES].decode(errors="replace")
+    first = text.strip().split("\n", 1)[0].strip() if text.strip() else ""
+    if process.returncode != 0:
+        said = f": {first}" if first else ""
+        return _all(count, False, f"{argv[0]} exited with status {process.returncode}{said}")
+    if first.isdigit():
+        healthy = min(int(first), count)
+        reason = f"{argv[0]} reports {first} healthy"
+        return Outcome(
+            tuple(index < healthy for index in range(count)),
+            reason,
+            dict.fromkeys(range(healthy, count), reason),
+        )
+    return _all(count, True, f"{argv[0]} exited with status 0")
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def _tcp(probe: ProbeSpec, count: int) -> Outcome:
+    host, _, port = str(probe.target).rpartition(":")
+    host = host[1:-1] if host.startswith("[") else host
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), probe.timeout)
+    except asyncio.TimeoutError:
+        return _all(count, False, f"no connection to {probe.target} within {probe.timeout:g} s")
+    except OSError as error:
+        return _all(count, False, f"cannot connect to {probe.target}: {error.strerror or error}")
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return _all(count, True, f"connected to {probe.target}")
+
+
+async def _http(probe: ProbeSpec, count: int) -> Outcome:
+    url = str(probe.target)
+    try:
+        status = await asyncio.wait_for(_get_status(url), probe.timeout)
+    except asyncio.TimeoutError:
+        return _all(count, False, f"GET {url}: no answer within {probe.timeout:g} s")
+    except (OSError, ValueError) as error:
+        return _all(count, False, f"GET {url}: {getattr(error, 'strerror', None) or error}")
+    return _all(count, 200 <= status < 300, f"GET {url}: HTTP {status}")
+
+
+async def _get_status(url: str) -> int:
+    """The status code of a GET of ``url``: the status line is all a probe reads."""
+    parts = urlsplit(url)
+    secure = parts.scheme == "https"
+    host = parts.hostname or ""
+    port = parts.port or (443 if secure else 80)
+    context = ssl.create_default_context() if secure else None
+    reader, writer = await asyncio.open_connection(host, port, ssl=context)
+    try:
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        authority = parts.netloc.rpartition("@")[2]
+        writer.write(
+            f"GET {target} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: token-resource-probe\r\n"
+            "Accept: */*\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        line = (await reader.readline()).decode("latin-1").split()
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    if len(line) < 2 or not line[0].startswith("HTTP/") or not line[1].isdigit():
+        raise ValueError(f"not an HTTP answer: {' '.join(line)[:60]!r}")
+    return int(line[1])
+
+
+async def _path(probe: ProbeSpec, count: int) -> Outcome:
+    template = str(probe.target)
+    per_token = probe.per_token
+    paths = (
+        [template.replace(INDEX_PLACEHOLDER, str(index)) for index in range(count)]
+        if per_token
+        else [template]
+    )
+    try:
+        # In a thread: a stat on a hung network mount must not stop the loop.
+        found = await asyncio.wait_for(asyncio.to_thread(_existing, paths), probe.timeout)
+    except asyncio.TimeoutError:
+        return _all(count, False, f"{template}: no answer within {probe.timeout:g} s")
+    if not per_token:
+        exists = found[0]
+        return _all(count, exists, f"{template} {'exists' if exists else 'does not exist'}")
+    reasons = {i: f"{path} does not exist" for i, path in enumerate(paths) if not found[i]}
+    return Outcome(found, f"{sum(found)} of {count} paths exist", reasons)
+
+
+def _existing(paths: Sequence[str]) -> tuple[bool, ...]:
+    """Whether each path leads to something (a dangling symlink does not)."""
+    return tuple(os.path.exists(path) for path in paths)
+
+
+_CHECKS = {COMMAND: _command, TCP: _tcp, HTTP: _http, PATH: _path}
