@@ -5,10 +5,11 @@ API-server stand-in over real HTTPS."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -16,10 +17,11 @@ import pytest
 from tests.paths import short_temporary_directory
 from tests.standin.apiserver import ApiServerStandin, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView
-from tests.standin.kubelet_dra import ApiAccess
+from tests.standin.kubelet_dra import ApiAccess, DriverView
+from token_resource.protocol import dra_health_v1alpha1_pb2 as health_pb
 from token_resource.protocol import dra_v1_pb2 as dra_pb
 from token_resource.protocol import pluginregistration_pb2 as reg_pb
-from token_resource.protocol.dra import SERVICES
+from token_resource.protocol.dra import HEALTH_SERVICES, SERVICES, SUPPORTED_VERSIONS, health_method
 from token_resource.protocol.pluginregistration import DRA_PLUGIN_TYPE, REGISTRATION_SERVICE
 
 NODE = "node-a"
@@ -449,4 +451,290 @@ def test_a_136_kubelet_takes_the_first_version_the_plugin_lists(
         assert view.dra is not None
         assert view.dra.drivers[DRIVER].plugins[0].version == "v1beta1.DRAPlugin"
     finally:
+        plugin.stop()
+
+
+# --- health (ResourceHealthStatus): NodeWatchResources on every plugin's DRA socket -----------
+
+V1ALPHA1_WATCH = "/v1alpha1.DRAResourceHealth/NodeWatchResources"
+V1_WATCH = "/v1.DRAResourceHealth/NodeWatchResources"
+UNIMPLEMENTED = "rpc error: code = Unimplemented desc = Method not found!"
+
+
+class WatchedDraPlugin(FakeDraPlugin):
+    """A FakeDraPlugin that notes every call reaching its DRA socket, served or not (a generic
+    handler, asked first, that serves none), and with ``health`` serves both versions of the
+    health service: each stream sends every response of ``send_health`` so far, then each new
+    one, until the kubelet ends it."""
+
+    def __init__(self, registry: Path, directory: Path, *, health: bool = False, **options: Any):
+        self.health = health
+        self.calls: list[tuple[float, str]] = []  # (time.monotonic(), method path)
+        self.health_sent: list[health_pb.NodeWatchResourcesResponse] = []
+        self.health_opened: list[str] = []  # the method path of each stream
+        self.health_ended = 0
+        super().__init__(registry, directory, **options)
+
+    def send_health(self, *devices: health_pb.DeviceHealth) -> None:
+        with self._cond:
+            self.health_sent.append(health_pb.NodeWatchResourcesResponse(devices=devices))
+            self._cond.notify_all()
+
+    def watch_calls(self) -> list[tuple[float, str]]:
+        with self._cond:
+            return [(at, path) for at, path in self.calls if path.endswith("/NodeWatchResources")]
+
+    def wait_health_ended(self, count: int = 1) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.health_ended >= count, TIMEOUT)
+
+    def _dra_handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
+        handlers: list[grpc.GenericRpcHandler[Any, Any]] = [_Noting(self)]
+        for service in HEALTH_SERVICES if self.health else ():
+            path = health_method(service)
+            watch = grpc.unary_stream_rpc_method_handler(
+                lambda request, context, path=path: self._watch(path, context),
+                request_deserializer=health_pb.NodeWatchResourcesRequest.FromString,
+                response_serializer=health_pb.NodeWatchResourcesResponse.SerializeToString,
+            )
+            handlers.append(
+                grpc.method_handlers_generic_handler(service, {"NodeWatchResources": watch})
+            )
+        return handlers + super()._dra_handlers()
+
+    def _watch(self, path: str, context: grpc.ServicerContext) -> Iterator[Any]:
+        # The end of the RPC, however it comes (the generator may never be resumed).
+        context.add_callback(self._stream_ended)
+        with self._cond:
+            self.health_opened.append(path)
+            self._cond.notify_all()
+        sent = 0
+        while True:
+            with self._cond:
+                while len(self.health_sent) <= sent and context.is_active():
+                    self._cond.wait()
+                if not context.is_active():
+                    return
+                pending = self.health_sent[sent:]
+            yield from pending
+            sent += len(pending)
+
+    def _stream_ended(self) -> None:
+        with self._cond:
+            self.health_ended += 1
+            self._cond.notify_all()
+
+
+class _Noting(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    def __init__(self, plugin: WatchedDraPlugin) -> None:
+        self._plugin = plugin
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> None:
+        """Serves none: the next handler's, or "Method not found!"."""
+        with self._plugin._cond:
+            self._plugin.calls.append((time.monotonic(), handler_call_details.method))
+
+
+def device(
+    name: str,
+    health: health_pb.HealthStatus,
+    *,
+    message: str = "",
+    timeout: int = 0,
+    updated: int | None = None,
+) -> health_pb.DeviceHealth:
+    return health_pb.DeviceHealth(
+        device=health_pb.DeviceIdentifier(pool_name=NODE, device_name=name),
+        health=health,
+        last_updated_time=int(time.time()) if updated is None else updated,
+        health_check_timeout_seconds=timeout,
+        message=message,
+    )
+
+
+def driver_of(view: KubeletView, driver: str = DRIVER) -> DriverView:
+    assert view.dra is not None
+    return view.dra.drivers[driver]
+
+
+def health_responses(count: int) -> Callable[[KubeletView], bool]:
+    def holds(view: KubeletView) -> bool:
+        return driver_of(view).health_responses >= count
+
+    holds.__qualname__ = f"{count} health response(s) from {DRIVER}"
+    return holds
+
+
+def health_errors(count: int) -> Callable[[KubeletView], bool]:
+    def holds(view: KubeletView) -> bool:
+        return len(driver_of(view).health_errors) >= count
+
+    holds.__qualname__ = f"{count} health stream error(s) of {DRIVER}"
+    return holds
+
+
+def test_a_136_kubelet_keeps_watching_the_health_of_a_plugin_that_does_not_serve_it(
+    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
+) -> None:
+    """As on a real 1.36.2 node: every attempt fails with Unimplemented, and the next follows
+    the retry interval after the failure; the driver stays usable."""
+    retry = 0.2
+    with KubeletStandin(
+        dirs[0], plugins_registry_dir=dirs[1], apiserver=access(apiserver), dra_health_retry=retry
+    ) as kubelet:
+        plugin = WatchedDraPlugin(dirs[1], dirs[2], versions=("v1.DRAPlugin",))
+        try:
+            view = kubelet.wait_for(health_errors(3))
+            driver = driver_of(view)
+            assert driver.health_errors[:3] == (UNIMPLEMENTED,) * 3
+            assert driver.plugins[0].health_service == "v1alpha1.DRAResourceHealth"
+            assert (driver.health_responses, driver.health) == (0, ())
+            calls = plugin.watch_calls()
+            assert [path for _, path in calls[:3]] == [V1ALPHA1_WATCH] * 3
+            gaps = [later - earlier for (earlier, _), (later, _) in zip(calls, calls[1:])]
+            assert all(retry <= gap < retry + 2.0 for gap in gaps), gaps
+            assert driver.health_streams >= len(driver.health_errors)
+            assert kubelet.prepare(DRIVER, [("default", "u", "c")]).error is None
+            assert kubelet.snapshot().rejected == ()
+        finally:
+            plugin.stop()
+
+
+def test_the_health_a_plugin_reports_is_kept_per_device_and_updated_by_each_response(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    """A 1.36 kubelet opens v1alpha1 even on a plugin that lists v1 (the agent's list). The
+    kubelet times a device from its own receipt: an hour-old last_updated_time is no matter."""
+    plugin = WatchedDraPlugin(dirs[1], dirs[2], versions=SUPPORTED_VERSIONS, health=True)
+    try:
+        an_hour_ago = int(time.time()) - 3600
+        plugin.send_health(
+            device("token-0", health_pb.HEALTHY, updated=an_hour_ago),
+            device("token-1", health_pb.UNHEALTHY, message="too hot"),
+            device("token-2", health_pb.HEALTHY),
+        )
+        driver = driver_of(kubelet.wait_for(health_responses(1)))
+        assert [(d.pool, d.device, d.health, d.effective, d.message) for d in driver.health] == [
+            (NODE, "token-0", "Healthy", "Healthy", ""),
+            (NODE, "token-1", "Unhealthy", "Unhealthy", "too hot"),
+            (NODE, "token-2", "Healthy", "Healthy", ""),
+        ]
+        assert driver.device_health(NODE, "token-0").last_updated_time == an_hour_ago
+        assert {d.timeout for d in driver.health} == {30.0}
+        assert (driver.health_streams, driver.health_errors) == (1, ())
+        first = driver.device_health(NODE, "token-2")
+
+        plugin.send_health(
+            device("token-0", health_pb.UNHEALTHY, message="gone"),
+            device("token-1", health_pb.HEALTHY),
+            device("token-3", cast(health_pb.HealthStatus, 7)),  # one it does not know: Unknown
+        )
+        driver = driver_of(kubelet.wait_for(health_responses(2)))
+        assert [(d.device, d.health, d.message) for d in driver.health] == [
+            ("token-0", "Unhealthy", "gone"),
+            ("token-1", "Healthy", ""),
+            ("token-2", "Healthy", ""),  # not in the update: kept until its timeout
+            ("token-3", "Unknown", ""),
+        ]
+        assert driver.device_health(NODE, "token-2") == first
+        assert (driver.health_streams, driver.health_errors) == (1, ())
+        assert plugin.health_opened == [V1ALPHA1_WATCH]
+    finally:
+        plugin.stop()
+
+
+def test_a_device_not_updated_within_its_timeout_reads_unknown(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    plugin = WatchedDraPlugin(dirs[1], dirs[2], health=True)
+    try:
+        plugin.send_health(
+            device("token-0", health_pb.UNHEALTHY, message="too hot", timeout=2),
+            device("token-1", health_pb.HEALTHY),  # 0: the kubelet's 30 s
+            device("token-2", health_pb.HEALTHY, timeout=-5),  # likewise
+        )
+        driver = driver_of(kubelet.wait_for(health_responses(1)))
+        assert driver.device_health(NODE, "token-0").effective == "Unhealthy"
+        assert [d.timeout for d in driver.health] == [2.0, 30.0, 30.0]
+
+        def timed_out(view: KubeletView) -> bool:
+            return driver_of(view).device_health(NODE, "token-0").effective == "Unknown"
+
+        driver = driver_of(kubelet.wait_for(timed_out))
+        token_0 = driver.device_health(NODE, "token-0")
+        assert time.monotonic() - token_0.received > 2.0
+        assert (token_0.health, token_0.message) == ("Unhealthy", "too hot")  # as reported
+        assert driver.device_health(NODE, "token-1").effective == "Healthy"
+        assert driver.device_health(NODE, "token-2").effective == "Healthy"
+        # Only time passed: the stream is still the first one, open, without an error.
+        assert (driver.health_streams, driver.health_responses, driver.health_errors) == (1, 1, ())
+        assert plugin.health_ended == 0
+    finally:
+        plugin.stop()
+
+
+@pytest.mark.parametrize(
+    ("versions", "watched"),
+    [
+        (("v1.DRAPlugin", "v1.DRAResourceHealth"), V1_WATCH),
+        (("v1.DRAPlugin", "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"), V1_WATCH),
+        # pickHealthService: a driver of before v1 is still read, for three releases.
+        (("v1.DRAPlugin", "v1alpha1.DRAResourceHealth"), V1ALPHA1_WATCH),
+        (("v1.DRAPlugin", "v1beta1.DRAPlugin"), None),
+    ],
+)
+def test_a_137_kubelet_watches_only_the_health_service_the_plugin_lists(
+    dirs: tuple[Path, Path, Path],
+    apiserver: ApiServerStandin,
+    versions: tuple[str, ...],
+    watched: str | None,
+) -> None:
+    with KubeletStandin(
+        dirs[0],
+        plugins_registry_dir=dirs[1],
+        apiserver=access(apiserver),
+        dra_resource_health="1.37",
+    ) as kubelet:
+        plugin = WatchedDraPlugin(dirs[1], dirs[2], versions=versions, health=True)
+        try:
+            plugin.send_health(device("token-0", health_pb.HEALTHY))
+            if watched is None:
+                driver = driver_of(kubelet.wait_for(registered()))
+                assert driver.plugins[0].health_service is None
+                # A call through the same channel, answered: still no stream, none on the wire.
+                assert kubelet.prepare(DRIVER, [("default", "u", "c")]).error is None
+                driver = driver_of(kubelet.snapshot())
+                assert (driver.health_streams, driver.health) == (0, ())
+                assert plugin.watch_calls() == []
+            else:
+                driver = driver_of(kubelet.wait_for(health_responses(1)))
+                assert driver.plugins[0].health_service == watched.split("/")[1]
+                assert driver.device_health(NODE, "token-0").effective == "Healthy"
+                assert plugin.health_opened == [watched]
+            assert driver.health_errors == ()
+        finally:
+            plugin.stop()
+
+
+def test_the_standin_stops_at_once_with_a_health_stream_open(
+    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
+) -> None:
+    """The stream is cancelled (not an error), the health thread ends, the 5 s retry is not
+    waited for."""
+    kubelet = KubeletStandin(dirs[0], plugins_registry_dir=dirs[1], apiserver=access(apiserver))
+    kubelet.start()
+    plugin = WatchedDraPlugin(dirs[1], dirs[2], health=True)
+    try:
+        plugin.send_health(device("token-0", health_pb.HEALTHY))
+        kubelet.wait_for(health_responses(1))
+        started = time.monotonic()
+        kubelet.stop()
+        assert time.monotonic() - started < 4.0
+        assert [t.name for t in threading.enumerate() if t.name.startswith("kubelet-dra")] == []
+        plugin.wait_health_ended()
+        driver = driver_of(kubelet.snapshot())
+        assert (driver.plugins, driver.health, driver.health_errors) == ((), (), ())
+        assert driver.health_streams == 1
+    finally:
+        kubelet.stop()
         plugin.stop()

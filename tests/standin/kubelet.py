@@ -164,6 +164,8 @@ class KubeletStandin:
         apiserver: ApiAccess | None = None,
         dra_versions: Sequence[str] = ("v1.DRAPlugin", "v1beta1.DRAPlugin"),
         deregistration_grace: float = 30.0,
+        dra_resource_health: str | None = "1.36",
+        dra_health_retry: float = 5.0,
     ) -> None:
         """``kubelet.sock`` appears ``socket_after`` seconds after each start, and ``pods``, the
         pods bound to the node, are admitted ``admit_after`` seconds after it (the kubelet first
@@ -175,7 +177,10 @@ class KubeletStandin:
         kubelet_dra.py): the plugin watcher there, the DRA manager for ``node``, wiping slices
         through ``apiserver`` (the node's credentials; None: no wipes), speaking
         ``dra_versions`` (a 1.32-era kubelet: ``("v1beta1.DRAPlugin",)``), wiping a gone
-        driver's slices ``deregistration_grace`` seconds after its last plugin left."""
+        driver's slices ``deregistration_grace`` seconds after its last plugin left, watching
+        every plugin's health as a ``dra_resource_health`` kubelet does ("1.36": v1alpha1 on
+        every plugin; "1.37": the health service the plugin lists; None: none), again
+        ``dra_health_retry`` seconds after each end of a stream."""
         self.socket_dir = Path(os.path.abspath(socket_dir))
         self._dial_timeout = dial_timeout
         self._register_first = register_first
@@ -213,6 +218,8 @@ class KubeletStandin:
                 apiserver=apiserver,
                 versions=dra_versions,
                 grace=deregistration_grace,
+                resource_health=dra_resource_health,
+                health_retry=dra_health_retry,
             )
             self._watcher = _sibling("kubelet_plugins").PluginWatcher(
                 Path(os.path.abspath(plugins_registry_dir)),

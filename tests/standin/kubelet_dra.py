@@ -1,6 +1,6 @@
 """The kubelet's DRA manager (pkg/kubelet/cm/dra), for the kubelet stand-in: the handler of
-``DRAPlugin`` registrations, the ResourceSlice wipes, and the client of the plugins'
-``NodePrepareResources`` / ``NodeUnprepareResources``.
+``DRAPlugin`` registrations, the ResourceSlice wipes, the client of the plugins'
+``NodePrepareResources`` / ``NodeUnprepareResources``, and the watcher of their health.
 
 Registration (plugin/dra_plugin_manager.go, 1.34+): ``ValidatePlugin`` and ``RegisterPlugin``
 choose the first of the plugin's ``supported_versions`` that the kubelet speaks (``"invalid
@@ -27,10 +27,27 @@ path. The kubelet's errors: "DRA driver <d> is not registered", "NodePrepareReso
 error>", "NodePrepareResources failed for ResourceClaim <name>: <error>", "NodePrepareResources
 returned result for unknown claim UID <uid>", "NodePrepareResources skipped <n> ResourceClaims"
 (the last two are also protocol violations here: every claim needs exactly one entry).
+
+Health (ResourceHealthStatus, KEP-4680; plugin/dra_plugin_manager.go ``add``, dra_plugin.go
+``NodeWatchResources``, manager.go ``HandleWatchResourcesStream``, healthinfo.go): for every
+registered plugin a thread opens ``NodeWatchResources`` on the plugin's DRA socket and reads it
+until it ends; ``health_retry`` (5 s) after each end, failed or clean alike (wait.UntilWithContext
+waits its period after every run), it opens it again, until the plugin deregisters or the
+kubelet stops (a cancelled stream is not an error). A 1.36 kubelet (``resource_health="1.36"``)
+opens ``v1alpha1.DRAResourceHealth`` on every plugin, listed in ``supported_versions`` or not; a
+1.37 one (``"1.37"``, pickHealthService) the plugin's listed ``v1.DRAResourceHealth``, else its
+listed ``v1alpha1.DRAResourceHealth``, else none; None: the feature off, no stream. Errors are
+kept as the kubelet logs them ("Error receiving from WatchResources stream" err=...). Each
+response updates the devices it lists (others keep their last health); the kubelet times a
+device from its own receipt of the response, not from the driver's ``last_updated_time``, and
+reads it Unknown once more than its ``health_check_timeout_seconds`` (0 or less: 30 s) have
+passed (``effective``, computed when the view is taken); the driver's whole record goes when a
+stream of it ends (``clearDriver``). Not modelled: the checkpoint file, the pods' status.
 """
 
 from __future__ import annotations
 
+import heapq
 import http.client
 import json
 import ssl
@@ -45,15 +62,21 @@ from urllib.parse import quote
 
 import grpc
 
+from token_resource.protocol import dra_health_v1alpha1_pb2 as health_pb
 from token_resource.protocol import dra_v1_pb2 as pb
-from token_resource.protocol.dra import method
+from token_resource.protocol.dra import HEALTH_SERVICES, HEALTH_VERSION, health_method, method
 
 CALL_SECONDS = 45.0
 DEREGISTRATION_GRACE = 30.0
+HEALTH_RETRY = 5.0  # the period of the health stream's wait.UntilWithContext
+HEALTH_TIMEOUT = 30.0  # DefaultHealthTimeout, for a health_check_timeout_seconds of 0 or less
+RESOURCE_HEALTH = ("1.36", "1.37")  # the kubelets whose choice of health service is modelled
 KUBELET_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 WIPE_FIRST_RETRY = 1.0
 WIPE_LAST_RETRY = 300.0
 _SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+_V1ALPHA1_HEALTH = HEALTH_SERVICES[0]  # "v1alpha1.DRAResourceHealth"
+_HEALTH = {health_pb.HEALTHY: "Healthy", health_pb.UNHEALTHY: "Unhealthy"}  # else "Unknown"
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,7 @@ class PluginView:
     socket: str  # its registration socket
     version: str  # the service chosen, e.g. "v1.DRAPlugin"
     connected: bool
+    health_service: str | None = None  # the health service watched on it, None: none
 
 
 @dataclass(frozen=True)
@@ -100,6 +124,20 @@ class DraCall:
 
 
 @dataclass(frozen=True)
+class DeviceHealthView:
+    """A device's latest health as the kubelet keeps it (healthinfo.go)."""
+
+    pool: str
+    device: str
+    health: str  # as last reported: "Healthy", "Unhealthy" or "Unknown" (any other value)
+    last_updated_time: int  # as last reported (unix s); the kubelet does not time from it
+    timeout: float  # health_check_timeout_seconds, HEALTH_TIMEOUT for 0 or less
+    message: str
+    received: float  # time.monotonic() of the latest response that listed it
+    effective: str  # health, or "Unknown" once more than timeout has passed since received
+
+
+@dataclass(frozen=True)
 class DriverView:
     name: str
     plugins: tuple[PluginView, ...] = ()  # in registration order
@@ -109,6 +147,17 @@ class DriverView:
     wipes: int = 0  # slice wipes done for this driver after its grace
     prepares: tuple[DraCall, ...] = ()
     unprepares: tuple[DraCall, ...] = ()
+    health: tuple[DeviceHealthView, ...] = ()  # by (pool, device); gone when a stream ends
+    health_streams: int = 0  # NodeWatchResources streams opened
+    health_responses: int = 0
+    health_errors: tuple[str, ...] = ()  # how the streams failed, as the kubelet logs err=
+
+    def device_health(self, pool: str, device: str) -> DeviceHealthView:
+        """KeyError (a LookupError: wait_for waits on) while the device has no health."""
+        for view in self.health:
+            if (view.pool, view.device) == (pool, device):
+                return view
+        raise KeyError(f"no health of {pool}/{device} from {self.name}")
 
 
 @dataclass(frozen=True)
@@ -146,6 +195,8 @@ class _Plugin:
     version: str
     channel: grpc.Channel
     connected: bool = False
+    health_service: str | None = None
+    health_call: grpc.CallIterator[health_pb.NodeWatchResourcesResponse] | None = None
 
 
 class DraManager:
@@ -161,10 +212,15 @@ class DraManager:
         apiserver: ApiAccess | None,
         versions: Sequence[str] = KUBELET_VERSIONS,
         grace: float = DEREGISTRATION_GRACE,
+        resource_health: str | None = "1.36",
+        health_retry: float = HEALTH_RETRY,
     ) -> None:
+        if resource_health is not None and resource_health not in RESOURCE_HEALTH:
+            raise ValueError(f"resource_health: one of {RESOURCE_HEALTH} or None")
         self._cond, self._changed, self._violation = cond, changed, violation
         self.node, self.apiserver = node, apiserver
         self.versions, self.grace = tuple(versions), grace
+        self.resource_health, self.health_retry = resource_health, health_retry
         # Guarded by cond:
         self._plugins: dict[str, list[_Plugin]] = {}
         self._drivers: dict[str, DriverView] = {}
@@ -172,6 +228,8 @@ class DraManager:
         self._wipe_due: dict[str, float] = {}  # driver -> when its slices go
         self._generation = 0  # bumped by stop(): background work of an old run ends
         self._threads: list[threading.Thread] = []
+        self._health: dict[str, dict[tuple[str, str], DeviceHealthView]] = {}  # driver's devices
+        self._expiries: list[tuple[float, str, str, str]] = []  # heap: (when, driver, pool, dev)
 
     # --- lifecycle (called with the lock NOT held) ---------------------------------------------
 
@@ -181,14 +239,20 @@ class DraManager:
             generation = self._generation
         self._spawn(lambda: self._wipe(None, generation), "kubelet-dra-start-wipe")
         self._spawn(lambda: self._wiper(generation), "kubelet-dra-wiper")
+        self._spawn(lambda: self._health_clock(generation), "kubelet-dra-health-clock")
 
     def stop(self) -> None:
-        """The kubelet goes: every plugin registration is forgotten, pending wipes too."""
+        """The kubelet goes: every plugin registration is forgotten, pending wipes too, and every
+        health stream is cancelled."""
         with self._cond:
             self._generation += 1
             plugins = [p for ps in self._plugins.values() for p in ps]
             self._plugins.clear()
             self._wipe_due.clear()
+            self._health.clear()
+            self._expiries.clear()
+            for plugin in plugins:
+                _cancel(plugin)
             for name in list(self._drivers):
                 self._drivers[name] = replace(self._drivers[name], plugins=())
             threads, self._threads = self._threads, []
@@ -201,6 +265,7 @@ class DraManager:
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name)
         with self._cond:
+            self._threads = [t for t in self._threads if t.is_alive()]
             self._threads.append(thread)
         thread.start()
 
@@ -251,6 +316,7 @@ class DraManager:
             plugin = _Plugin(
                 name, endpoint, socket, chosen, grpc.insecure_channel(f"unix:{endpoint}")
             )
+            plugin.health_service = self.health_service(versions)
             self._plugins.setdefault(name, []).append(plugin)
             view = self._drivers.get(name, DriverView(name))
             self._update(name, registrations=view.registrations + 1)
@@ -259,6 +325,8 @@ class DraManager:
         plugin.channel.subscribe(
             lambda state: self._connectivity(plugin, state), try_to_connect=True
         )
+        if plugin.health_service is not None:
+            self._spawn(lambda: self._watch_health(plugin), f"kubelet-dra-health-{name}")
         return None
 
     def deregister_plugin(self, name: str, endpoint: str, socket: Path) -> None:
@@ -268,6 +336,8 @@ class DraManager:
             self._plugins[name] = [p for p in plugins if p.endpoint != endpoint]
             if not gone:
                 return
+            for plugin in gone:
+                _cancel(plugin)  # its health stream, as the real one's HealthStreamCancel
             view = self._drivers[name]
             self._update(name, deregistrations=view.deregistrations + 1)
             self._sync(name)
@@ -351,6 +421,100 @@ class DraManager:
             return None
         return f"{status}: {body.get('message') if isinstance(body, dict) else body}"
 
+    # --- health ---------------------------------------------------------------------------
+
+    def health_service(self, versions: Sequence[str]) -> str | None:
+        """The health service the kubelet watches on a plugin that lists ``versions``."""
+        if self.resource_health == "1.36":
+            return _V1ALPHA1_HEALTH
+        if self.resource_health == "1.37":
+            return next((s for s in (HEALTH_VERSION, _V1ALPHA1_HEALTH) if s in versions), None)
+        return None
+
+    def _gone(self, plugin: _Plugin) -> bool:
+        """Caller holds the lock: deregistered, or the kubelet stopped."""
+        return plugin not in self._plugins.get(plugin.driver, [])
+
+    def _watch_health(self, plugin: _Plugin) -> None:
+        """The plugin's health thread: open the stream, read it to its end, again after
+        ``health_retry`` seconds, until the plugin is gone."""
+        assert plugin.health_service is not None
+        path = health_method(plugin.health_service)
+        while True:
+            with self._cond:
+                if self._gone(plugin):
+                    return
+                watch = plugin.channel.unary_stream(
+                    path,
+                    health_pb.NodeWatchResourcesRequest.SerializeToString,
+                    health_pb.NodeWatchResourcesResponse.FromString,
+                )
+                call = plugin.health_call = watch(health_pb.NodeWatchResourcesRequest())
+                view = self._drivers[plugin.driver]
+                self._update(plugin.driver, health_streams=view.health_streams + 1)
+                self._changed(f"DRA driver {plugin.driver}: {path} opened at {plugin.endpoint}")
+            error: str | None = None
+            try:
+                for response in call:
+                    self._health_received(plugin, response)
+            except grpc.RpcError as failure:
+                error = _rpc_error(failure)
+            with self._cond:
+                plugin.health_call = None
+                gone = self._gone(plugin)
+                self._health.pop(plugin.driver, None)  # clearDriver, at every end of a stream
+                view = self._drivers[plugin.driver]
+                if error is not None and not gone:  # context.Canceled: not an error
+                    self._update(plugin.driver, health_errors=(*view.health_errors, error))
+                    self._changed(
+                        f"DRA driver {plugin.driver}: Error receiving from WatchResources "
+                        f"stream err={json.dumps(error)}"
+                    )
+                else:
+                    self._update(plugin.driver)
+                    self._changed(f"DRA driver {plugin.driver}: WatchResources stream ended")
+                if gone or self._cond.wait_for(lambda: self._gone(plugin), self.health_retry):
+                    return
+
+    def _health_received(
+        self, plugin: _Plugin, response: health_pb.NodeWatchResourcesResponse
+    ) -> None:
+        """updateHealthInfo: each device listed gets its new health, timed from now."""
+        now = time.monotonic()
+        with self._cond:
+            if self._gone(plugin):
+                return
+            devices = self._health.setdefault(plugin.driver, {})
+            for reported in response.devices:
+                seconds = reported.health_check_timeout_seconds
+                timeout = float(seconds) if seconds > 0 else HEALTH_TIMEOUT
+                health = _HEALTH.get(reported.health, "Unknown")
+                key = (reported.device.pool_name, reported.device.device_name)
+                devices[key] = DeviceHealthView(
+                    *key, health, reported.last_updated_time, timeout, reported.message, now, health
+                )
+                heapq.heappush(self._expiries, (now + timeout, plugin.driver, *key))
+            view = self._drivers[plugin.driver]
+            self._update(plugin.driver, health_responses=view.health_responses + 1)
+            self._changed(
+                f"DRA driver {plugin.driver}: health of {len(response.devices)} devices from "
+                f"{plugin.endpoint}"
+            )
+
+    def _health_clock(self, generation: int) -> None:
+        """Wakes the waiters when a device's health times out, which nothing else notifies."""
+        with self._cond:
+            while self._generation == generation:
+                now = time.monotonic()
+                while self._expiries and self._expiries[0][0] < now:
+                    when, driver, pool, device = heapq.heappop(self._expiries)
+                    kept = self._health.get(driver, {}).get((pool, device))
+                    if kept is not None and kept.received + kept.timeout == when:
+                        self._changed(f"DRA driver {driver}: health of {pool}/{device} timed out")
+                # Just past the moment: the view reads Unknown only after more than the timeout.
+                wait = self._expiries[0][0] - now + 0.001 if self._expiries else None
+                self._cond.wait(wait)
+
     # --- calls ----------------------------------------------------------------------------
 
     def call(
@@ -432,18 +596,35 @@ class DraManager:
     def _update(self, driver: str, **changes: Any) -> None:
         view = self._drivers.get(driver, DriverView(driver))
         plugins = tuple(
-            PluginView(p.endpoint, str(p.socket), p.version, p.connected)
+            PluginView(p.endpoint, str(p.socket), p.version, p.connected, p.health_service)
             for p in self._plugins.get(driver, [])
         )
         self._drivers[driver] = replace(view, plugins=plugins, **changes)
 
     def snapshot(self) -> DraView:
-        return DraView(dict(self._drivers), self._start_wipes)
+        """With each device's effective health as of now (getHealthInfo)."""
+        now = time.monotonic()
+        drivers = {}
+        for name, view in self._drivers.items():
+            health = tuple(
+                replace(
+                    kept, effective="Unknown" if now - kept.received > kept.timeout else kept.health
+                )
+                for _, kept in sorted(self._health.get(name, {}).items())
+            )
+            drivers[name] = replace(view, health=health)
+        return DraView(drivers, self._start_wipes)
 
 
 def _go_list(items: Sequence[str]) -> str:
     """Go's %q of a []string: ["a" "b"]."""
     return "[" + " ".join(json.dumps(item) for item in items) + "]"
+
+
+def _cancel(plugin: _Plugin) -> None:
+    """Caller holds the lock: end the plugin's health stream, if one is open."""
+    if plugin.health_call is not None:
+        plugin.health_call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs: untyped
 
 
 def _rpc_error(error: grpc.RpcError) -> str:
