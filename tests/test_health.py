@@ -239,3 +239,23 @@ def test_a_taint_effect_on_a_device_plugin_resource_is_refused(
     result = agent.cli("check")
     assert result.returncode != 0
     assert "taint_effect only applies to DRA resources" in result.stdout + result.stderr
+
+
+def test_check_shows_each_probe_and_can_run_it_once(agent: AgentProcess, tmp_path: Path) -> None:
+    devices = tmp_path / "dev"
+    plug(devices, 0, 2)
+    agent.write_config(dongles(devices))
+    shown = agent.cli("check")
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        f"    probe: path {devices}/ttyUSB{{index}} every 1 s, timeout 1 s, unhealthy after 1 "
+        f"failed check(s), healthy again after 1  ({agent.config_path})"
+    ) in shown.stdout
+    assert "checked once" not in shown.stdout
+    ran = agent.cli("check", "--probe")
+    assert ran.returncode == 0, ran.stderr
+    assert "checked once: failed in " in ran.stdout
+    assert (
+        ": 2 of 4 paths exist; 2 of 4 token(s) healthy (unhealthy: token-1, token-3)"
+        in ran.stdout
+    ), ran.stdout

@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         "check", help="validate the configuration and show what would be served"
     )
     check.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help=config_help)
+    check.add_argument(
+        "--probe",
+        action="store_true",
+        help="also run each resource's probe once and show what it would report",
+    )
 
     for name, text in (
         ("reload", "make the running agent apply its files, and wait for the outcome"),

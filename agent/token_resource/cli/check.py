@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 
 from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR, node_name
 from token_resource.apiserver.slices import pool_name
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, socket_errors
+from token_resource.config.diff import describe_probe
 from token_resource.config.load import validate_config
 from token_resource.config.model import (
     DEFAULT_POD_RESOURCES_SOCKET,
@@ -16,9 +18,11 @@ from token_resource.config.model import (
     MODES_WITH_ENV,
     Config,
     KubernetesSettings,
+    ProbeSpec,
     ResourceSpec,
     format_listen,
 )
+from token_resource.health.probes import check as run_check
 from token_resource.host import logs
 from token_resource.kubelet.sockets import SocketLayout
 
@@ -67,9 +71,37 @@ def check(args: argparse.Namespace) -> int:
             origin = spec.origin(key)
             shown = json.dumps(getattr(spec, key))  # TOML spelling, for an int or a string
             print(f"    {key} = {shown}  ({origin if origin is not None else 'default'})")
+        if spec.probe is not None:
+            print(f"    probe: {_probe(spec.probe)}  ({spec.origin('probe')})")
+            if args.probe:
+                print(f"    {_run_once(spec)}")
     for name, path in config.removed.items():
         print(f"  {name}: removed by {path}")
     return EXIT_OK
+
+
+def _probe(probe: ProbeSpec) -> str:
+    thresholds = (
+        f"unhealthy after {probe.failure_threshold} failed check(s), healthy again after "
+        f"{probe.success_threshold}"
+    )
+    taint = f", taint {probe.taint_effect}" if probe.taint_effect else ""
+    return f"{describe_probe(probe)}, timeout {probe.timeout:g} s, {thresholds}{taint}"
+
+
+def _run_once(spec: ResourceSpec) -> str:
+    """One check, as the agent would run it (with this command's privileges, not the unit's)."""
+    assert spec.probe is not None
+    outcome = asyncio.run(run_check(spec.probe, spec.count))
+    result = "passed" if outcome.ok else "failed"
+    line = (
+        f"checked once: {result} in {outcome.seconds:.3f} s: {outcome.message}; "
+        f"{sum(outcome.passed)} of {spec.count} token(s) healthy"
+    )
+    failing = [f"token-{index}" for index, passed in enumerate(outcome.passed) if not passed]
+    if failing and not outcome.ok and len(failing) < spec.count:
+        line += f" (unhealthy: {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''})"
+    return line
 
 
 def _becomes(spec: ResourceSpec, config: Config) -> str:

@@ -1,0 +1,160 @@
+"""A DRA resource's unhealthy tokens: tainted in the ResourceSlices (left out where the API
+server drops taints), and reported on the kubelet's health stream. The real agent against the
+kubelet stand-in (plugin watcher, DRA manager) and the API-server stand-in."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import test_dra
+from tests.harness import AgentProcess
+from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
+from tests.standin.kubelet import KubeletStandin
+from tests.test_dra import DRIVER, NODE, POOL, TIMEOUT, TOKEN, config, kubeconfig_of, registered
+
+# The DRA tests' fixtures: the kubelet's and CDI directories, the kubelet stand-in, the agent.
+dirs, kubelet, dra_agent = test_dra.dirs, test_dra.kubelet, test_dra.dra_agent
+TAINT = f"{DRIVER}/unhealthy"
+
+
+@pytest.fixture(params=[True], ids=["taints kept"])
+def apiserver(
+    ca: CertificateAuthority, request: pytest.FixtureRequest
+) -> Iterator[ApiServerStandin]:
+    with ApiServerStandin(ca, nodes=(NODE, "node-b"), device_taints=request.param) as standin:
+        yield standin
+
+
+def probed(directory: Path, count: int, **probe: Any) -> str:
+    settings = {"path": f"{directory}/token{{index}}", "interval": 1, "failure_threshold": 1}
+    settings.update(probe)
+    lines = "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+    return (
+        f'[resources."{TOKEN}"]\ncount = {count}\nadvertise = "dra"\n'
+        f'[resources."{TOKEN}".probe]\n{lines}'
+    )
+
+
+def devices_of(view: ApiServerView) -> dict[str, list[dict[str, Any]]]:
+    """Device name -> its taints (without timeAdded), across the pool's latest slices."""
+    pool = view.pools(NODE, DRIVER).get(POOL)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for item in view.slices_of(NODE, DRIVER):
+        if pool is None or item["spec"]["pool"]["generation"] != pool.generation:
+            continue
+        for device in item["spec"]["devices"]:
+            found[device["name"]] = [
+                {key: value for key, value in taint.items() if key != "timeAdded"}
+                for taint in device.get("taints", [])
+            ]
+    return found
+
+
+def tainted(expected: dict[str, str], count: int) -> Callable[[ApiServerView], bool]:
+    """The pool lists ``count`` tokens, exactly those of ``expected`` tainted with its effect."""
+
+    def holds(view: ApiServerView) -> bool:
+        pool = view.pools(NODE, DRIVER).get(POOL)
+        if pool is None or not pool.complete or pool.stale_slices:
+            return False
+        found = devices_of(view)
+        return len(found) == count and all(
+            taints == ([{"key": TAINT, "effect": expected[name]}] if name in expected else [])
+            for name, taints in found.items()
+        )
+
+    holds.__qualname__ = f"{count} token(s), tainted: {expected}"
+    return holds
+
+
+def start(
+    agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    kubelet: KubeletStandin,
+    tmp_path: Path,
+    resources: str,
+) -> None:
+    agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), resources))
+    agent.start()
+    kubelet.wait_for(registered, timeout=TIMEOUT)
+
+
+def test_an_unhealthy_token_is_tainted_and_the_taint_goes_when_it_recovers(
+    dra_agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    kubelet: KubeletStandin,
+    tmp_path: Path,
+) -> None:
+    devices = tmp_path / "dev"
+    plug_all(devices, 4)
+    start(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 4))
+    apiserver.wait_for(tainted({}, 4), timeout=TIMEOUT)
+    (devices / "token1").unlink()
+    apiserver.wait_for(tainted({"token-1": "NoSchedule"}, 4), timeout=TIMEOUT)
+    report = test_dra.status_json(dra_agent)
+    assert report["resources"][0]["healthy"] == 3
+    assert report["dra"]["taints"] is True
+    plug_all(devices, 4)
+    apiserver.wait_for(tainted({}, 4), timeout=TIMEOUT)
+
+
+def plug_all(directory: Path, count: int) -> None:
+    directory.mkdir(exist_ok=True)
+    for index in range(count):
+        (directory / f"token{index}").touch()
+
+
+def test_no_execute_when_the_resource_asks_for_it_and_64_devices_per_tainted_slice(
+    dra_agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    kubelet: KubeletStandin,
+    tmp_path: Path,
+) -> None:
+    devices = tmp_path / "dev"
+    plug_all(devices, 100)
+    start(
+        dra_agent,
+        dirs,
+        apiserver,
+        kubelet,
+        tmp_path,
+        probed(devices, 100, taint_effect="NoExecute"),
+    )
+    view = apiserver.wait_for(tainted({}, 100), timeout=TIMEOUT)
+    assert [len(i["spec"]["devices"]) for i in view.slices_of(NODE, DRIVER)] == [100]
+    (devices / "token99").unlink()
+    view = apiserver.wait_for(tainted({"token-99": "NoExecute"}, 100), timeout=TIMEOUT)
+    sizes = sorted(len(item["spec"]["devices"]) for item in view.slices_of(NODE, DRIVER))
+    assert sizes == [36, 64]
+
+
+@pytest.mark.parametrize("apiserver", [False], ids=["taints dropped"], indirect=True)
+def test_where_the_api_server_drops_taints_unhealthy_tokens_are_left_out(
+    dra_agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    kubelet: KubeletStandin,
+    tmp_path: Path,
+) -> None:
+    devices = tmp_path / "dev"
+    plug_all(devices, 4)
+    (devices / "token2").unlink()
+    start(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 4))
+    view = apiserver.wait_for(
+        lambda v: set(devices_of(v)) == {"token-0", "token-1", "token-3"}, timeout=TIMEOUT
+    )
+    assert all(taints == [] for taints in devices_of(view).values())
+    report = test_dra.status_json(dra_agent)
+    assert report["dra"]["taints"] is False
+    assert "drops device taints" in dra_agent.cli("status").stdout
+    (devices / "token2").touch()
+    apiserver.wait_for(lambda v: len(devices_of(v)) == 4, timeout=TIMEOUT)
+    assert dra_agent.log().count("the API server drops device taints (") == 1
