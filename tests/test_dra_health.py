@@ -14,12 +14,14 @@ import pytest
 from tests import test_dra
 from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
-from tests.standin.kubelet import KubeletStandin
+from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.test_dra import DRIVER, NODE, POOL, TIMEOUT, TOKEN, config, kubeconfig_of, registered
+from tests.test_kubelet_dra import access
 
 # The DRA tests' fixtures: the kubelet's and CDI directories, the kubelet stand-in, the agent.
 dirs, kubelet, dra_agent = test_dra.dirs, test_dra.kubelet, test_dra.dra_agent
 TAINT = f"{DRIVER}/unhealthy"
+TOKENS = [f"token-{index}" for index in range(8)]
 
 
 @pytest.fixture(params=[True], ids=["taints kept"])
@@ -158,3 +160,87 @@ def test_where_the_api_server_drops_taints_unhealthy_tokens_are_left_out(
     (devices / "token2").touch()
     apiserver.wait_for(lambda v: len(devices_of(v)) == 4, timeout=TIMEOUT)
     assert dra_agent.log().count("the API server drops device taints (") == 1
+
+
+# --- the kubelet's health stream (DRAResourceHealth/NodeWatchResources) --------------------
+
+
+def kubelet_health(view: KubeletView) -> dict[str, tuple[str, str]]:
+    """Device -> (health as the kubelet reads it now, message), for the agent's pool."""
+    assert view.dra is not None
+    driver = view.dra.drivers[DRIVER]
+    return {d.device: (d.effective, d.message) for d in driver.health if d.pool == POOL}
+
+
+def health_is(expected: dict[str, str]) -> Callable[[KubeletView], bool]:
+    def holds(view: KubeletView) -> bool:
+        return {name: health for name, (health, _) in kubelet_health(view).items()} == expected
+
+    holds.__qualname__ = f"the kubelet reads {expected}"
+    return holds
+
+
+def streams_of(view: KubeletView) -> tuple[int, tuple[str, ...]]:
+    assert view.dra is not None
+    driver = view.dra.drivers[DRIVER]
+    return driver.health_streams, driver.health_errors
+
+
+def test_the_kubelet_health_stream_lists_every_token_and_follows_a_reload(
+    dra_agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    kubelet: KubeletStandin,
+    tmp_path: Path,
+) -> None:
+    """A 1.36 kubelet opens v1alpha1 on every driver; on a real node without the service it
+    logged "Method not found!" every 5 s. One stream, no error, each change sent on it."""
+    start(dra_agent, dirs, apiserver, kubelet, tmp_path, test_dra.dra_resource(3))
+    view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:3], "Healthy")), timeout=TIMEOUT)
+    assert view.dra is not None
+    assert view.dra.drivers[DRIVER].plugins[0].health_service == "v1alpha1.DRAResourceHealth"
+    assert {d.timeout for d in view.dra.drivers[DRIVER].health} == {30.0}
+    kubeconfig = kubeconfig_of(apiserver, tmp_path)
+    dra_agent.write_config(config(dirs, kubeconfig, test_dra.dra_resource(5)))
+    view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:5], "Healthy")), timeout=TIMEOUT)
+    assert streams_of(view) == (1, ())
+
+
+def test_an_unhealthy_token_is_unhealthy_on_the_health_stream_with_the_probes_reason(
+    dra_agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    kubelet: KubeletStandin,
+    tmp_path: Path,
+) -> None:
+    devices = tmp_path / "dev"
+    plug_all(devices, 3)
+    start(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 3))
+    kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:3], "Healthy")), timeout=TIMEOUT)
+    (devices / "token1").unlink()
+    expected = {"token-0": "Healthy", "token-1": "Unhealthy", "token-2": "Healthy"}
+    view = kubelet.wait_for(health_is(expected), timeout=TIMEOUT)
+    assert f"{devices}/token1" in kubelet_health(view)["token-1"][1]
+    (devices / "token1").touch()
+    view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:3], "Healthy")), timeout=TIMEOUT)
+    assert streams_of(view) == (1, ())
+
+
+def test_a_137_kubelet_watches_the_v1_health_service_the_agent_lists(
+    dra_agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    tmp_path: Path,
+) -> None:
+    with KubeletStandin(
+        dirs["dp"],
+        plugins_registry_dir=dirs["reg"],
+        node=NODE,
+        apiserver=access(apiserver),
+        dra_resource_health="1.37",
+    ) as kubelet:
+        start(dra_agent, dirs, apiserver, kubelet, tmp_path, test_dra.dra_resource(2))
+        view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:2], "Healthy")), timeout=TIMEOUT)
+        assert view.dra is not None
+        assert view.dra.drivers[DRIVER].plugins[0].health_service == "v1.DRAResourceHealth"
+        assert streams_of(view) == (1, ())
