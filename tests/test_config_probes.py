@@ -76,3 +76,16 @@ def test_a_drop_in_replaces_the_whole_probe() -> None:
     spec = config.resources["example.com/a"]
     assert spec.probe == ProbeSpec("tcp", "127.0.0.1:27000")
     assert spec.origin("probe") == dropin
+
+
+def test_a_drop_in_that_sets_other_keys_keeps_the_probe() -> None:
+    dropin = Path("/etc/token-resource.d/50-count.toml")
+    config = parse_config(
+        [
+            (MAIN, HEAD + 'path = "/dev/x"\ninterval = 30\n'),
+            (dropin, '[resources."example.com/a"]\ncount = 7\n'),
+        ]
+    )
+    spec = config.resources["example.com/a"]
+    assert (spec.count, spec.probe) == (7, ProbeSpec("path", "/dev/x", interval=30.0))
+    assert (spec.origin("count"), spec.origin("probe")) == (dropin, MAIN)

@@ -244,3 +244,41 @@ def test_by_default_no_tcp_port_is_open(agent: AgentProcess, kubelet: KubeletSta
     }
     assert inodes, "the agent holds sockets (unix ones)"
     assert not inodes & listening
+
+
+def test_probes_show_healthy_tokens_checks_by_result_and_their_duration(
+    agent: AgentProcess,
+    kubelet: KubeletStandin,
+    pod_resources: PodResourcesStandin,
+    tmp_path: Path,
+) -> None:
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    for index in (0, 2):
+        (devices / f"ttyUSB{index}").touch()
+    probed = (
+        f'[resources."{LICENSE}"]\ncount = 4\n[resources."{LICENSE}".probe]\n'
+        f'path = "{devices}/ttyUSB{{index}}"\ninterval = 1\nfailure_threshold = 1\n'
+    )
+    config(agent, pod_resources.socket_path, probed, 'listen = "127.0.0.1:0"\n')
+    agent.start()
+    found = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+/metrics)", agent.log())
+    assert found, agent.log()
+
+    def healthy(count: int) -> Callable[[Samples], bool]:
+        return lambda s: value(s, "token_resource_tokens_healthy", resource=LICENSE) == count
+
+    samples = eventually(lambda: scrape(found[1]), healthy(2))
+    assert value(samples, "token_resource_tokens_free", resource=LICENSE) == 2
+    assert (
+        value(samples, "token_resource_probe_runs_total", resource=LICENSE, result="failed") or 0
+    ) >= 1
+    checks = value(samples, "token_resource_probe_duration_seconds_count", resource=LICENSE)
+    assert checks is not None
+    assert checks >= 1
+    for index in (1, 3):
+        (devices / f"ttyUSB{index}").touch()
+    samples = eventually(lambda: scrape(found[1]), healthy(4))
+    assert (
+        value(samples, "token_resource_probe_runs_total", resource=LICENSE, result="passed") or 0
+    ) >= 1

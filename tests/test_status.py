@@ -20,6 +20,7 @@ from tests.harness import AGENT_COMMAND, TWO_RESOURCES, AgentProcess, write_file
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.standin.podresources import Admitted, PodResourcesStandin
 from token_resource.host.control import Answer, ControlServer
+from token_resource.observe.report import HealthReport, Holder, ResourceReport, UnhealthyToken
 from token_resource.protocol.podresources import pod_resources_handler
 
 LICENSE, TOKEN = "example.com/license", "example.com/token"
@@ -239,3 +240,19 @@ def test_a_kubelet_that_does_not_answer_costs_status_two_seconds_and_nothing_els
     finally:
         release.set()
         server.stop(None).wait()
+
+
+def test_free_counts_the_healthy_tokens_no_pod_holds() -> None:
+    """A held unhealthy token is neither free nor counted twice; without a probe, as before."""
+    holders = (
+        Holder("default", "web-1", "app", ("token-0", "token-2")),
+        Holder("default", "web-2", "app", ("token-3",)),
+    )
+    unhealthy = (UnhealthyToken("token-2", "pulled"), UnhealthyToken("token-4", "pulled"))
+    health = HealthReport("path /dev/ttyUSB{index} every 1 s", unhealthy, None, None, None, None)
+    probed = ResourceReport("example.com/dongle", 6, "device-plugin", True, holders, health=health)
+    assert (probed.healthy, probed.in_use, probed.free) == (4, 3, 2)
+    plain = ResourceReport("example.com/dongle", 6, "device-plugin", True, holders)
+    assert (plain.healthy, plain.in_use, plain.free) == (6, 3, 3)
+    unknown = ResourceReport("example.com/dongle", 6, "device-plugin", True, None, health=health)
+    assert unknown.free is None

@@ -166,7 +166,9 @@ class _ReportCollector(Collector):
             labels=["resource"],
         )
         free = GaugeMetricFamily(
-            "token_resource_tokens_free", "Tokens configured and not held", labels=["resource"]
+            "token_resource_tokens_free",
+            "Healthy tokens configured and not held: what new pods may still get",
+            labels=["resource"],
         )
         healthy = GaugeMetricFamily(
             "token_resource_tokens_healthy",

@@ -98,8 +98,14 @@ class ResourceReport:
 
     @property
     def free(self) -> int | None:
-        # The scheduler admits no new pod while the held tokens reach the count.
-        return None if self.in_use is None else max(self.count - self.in_use, 0)
+        """Healthy tokens no pod holds: what new pods may still get. (The scheduler admits no
+        new pod while the held tokens reach the count, so the excess of a lowered count, held,
+        counts against the healthy ones.)"""
+        if self.holders is None:
+            return None
+        unhealthy = set() if self.health is None else {t.token for t in self.health.unhealthy}
+        held = {device_id for holder in self.holders for device_id in holder.device_ids}
+        return max(self.healthy - len(held - unhealthy), 0)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
