@@ -98,11 +98,20 @@ def test_an_unhealthy_token_is_tainted_and_the_taint_goes_when_it_recovers(
     plug_all(devices, 4)
     start(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 4))
     apiserver.wait_for(tainted({}, 4), timeout=TIMEOUT)
+    # A running pod's claim holds token-1 when its dongle goes.
+    namespace, uid, name = test_dra.claim_id(test_dra.allocate(apiserver, "web-1", "token-1"))
+    assert kubelet.prepare(DRIVER, [(namespace, uid, name)]).error is None
+    specs = sorted(path.name for path in dirs["cdi"].iterdir())
     (devices / "token1").unlink()
     apiserver.wait_for(tainted({"token-1": "NoSchedule"}, 4), timeout=TIMEOUT)
     report = test_dra.status_json(dra_agent)
-    assert report["resources"][0]["healthy"] == 3
+    [resource] = report["resources"]
+    assert (resource["healthy"], resource["in_use"], resource["free"]) == (3, 1, 3)
     assert report["dra"]["taints"] is True
+    # NoSchedule leaves the allocation alone: still prepared, its spec in place.
+    assert [holder["device_ids"] for holder in resource["holders"]] == [["token-1"]]
+    assert sorted(path.name for path in dirs["cdi"].iterdir()) == specs
+    assert kubelet.prepare(DRIVER, [(namespace, uid, name)]).error is None
     plug_all(devices, 4)
     apiserver.wait_for(tainted({}, 4), timeout=TIMEOUT)
 
