@@ -256,6 +256,5 @@ def test_check_shows_each_probe_and_can_run_it_once(agent: AgentProcess, tmp_pat
     assert ran.returncode == 0, ran.stderr
     assert "checked once: failed in " in ran.stdout
     assert (
-        ": 2 of 4 paths exist; 2 of 4 token(s) healthy (unhealthy: token-1, token-3)"
-        in ran.stdout
+        ": 2 of 4 paths exist; 2 of 4 token(s) healthy (unhealthy: token-1, token-3)" in ran.stdout
     ), ran.stdout
