@@ -19,12 +19,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
 from bench.dra import dra_section
 from bench.floor import floor_section
+from bench.health import health_section
+from bench.probe_idle import probe_idle_section
 from bench.scenarios import (
     Scale,
     Section,
@@ -50,9 +52,23 @@ NAMES = (
     "allocate",
     "reloads",
     "idle",
+    "health",
+    "probe-idle",
     "large",
     "compare",
 )
+
+# The sections that need nothing but the scale, by name (the others are run in main).
+SECTIONS: dict[str, Callable[[Scale], Section]] = {
+    "restart": restart_section,
+    "dra": dra_section,
+    "allocate": allocation_section,
+    "reloads": reloads_section,
+    "idle": idle_section,
+    "health": health_section,
+    "probe-idle": probe_idle_section,
+    "large": large_section,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,21 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "reload" in chosen:
         reload, reloads = reload_section(scale)
         sections.append(reload)
-    if "restart" in chosen:
-        sections.append(restart_section(scale))
-    if "floor" in chosen:
-        with earlier_agent(args.before) as before:
-            sections.append(floor_section(scale, before))
-    if "dra" in chosen:
-        sections.append(dra_section(scale))
-    if "allocate" in chosen:
-        sections.append(allocation_section(scale))
-    if "reloads" in chosen:
-        sections.append(reloads_section(scale))
-    if "idle" in chosen:
-        sections.append(idle_section(scale))
-    if "large" in chosen:
-        sections.append(large_section(scale))
+    for name in NAMES:
+        if name in chosen and name in SECTIONS:
+            sections.append(SECTIONS[name](scale))
+        elif name == "floor" and name in chosen:
+            with earlier_agent(args.before) as before:
+                sections.append(floor_section(scale, before))
     if "compare" in chosen:
         sections.append(comparison_section(scale, startups, reloads.get(1)))
     elapsed = time.monotonic() - started

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +26,7 @@ AGENT_COMMAND = (sys.executable, "-m", "token_resource", "run")
 BASELINE_COMMAND = (sys.executable, "-m", "bench.baseline_plugin")
 FLOOR_COMMAND = (sys.executable, "-m", "bench.floor_plugin")
 TIMEOUT = 120.0
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def fds(pid: int) -> int:
 def cpu_seconds(pid: int) -> float:
     """User plus system time of every thread so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def context_switches(pid: int) -> int:
@@ -196,6 +196,8 @@ class BenchAgent:
         self.log_path = workdir / "agent.log"
         self.notify = NotifySocket(workdir / "notify.sock")
         self.process: subprocess.Popen[bytes] | None = None
+        # Each resource's table after its count, e.g. its probe (a function of its name).
+        self.resource_extra: Callable[[str], str] | None = None
 
     @property
     def pid(self) -> int:
@@ -203,7 +205,14 @@ class BenchAgent:
         return self.process.pid
 
     def text(self, counts: Mapping[str, int]) -> str:
-        return f'[agent]\ndevice_plugin_dir = "{self.device_plugin_dir}"\n' + resources_toml(counts)
+        head = f'[agent]\ndevice_plugin_dir = "{self.device_plugin_dir}"\n'
+        extra = self.resource_extra
+        if extra is None:
+            return head + resources_toml(counts)
+        return head + "".join(
+            f'[resources."{name}"]\ncount = {count}\n{extra(name)}'
+            for name, count in counts.items()
+        )
 
     def write(self, counts: Mapping[str, int], *, atomic: bool = True) -> None:
         if atomic:
