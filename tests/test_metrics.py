@@ -265,20 +265,25 @@ def test_probes_show_healthy_tokens_checks_by_result_and_their_duration(
     found = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+/metrics)", agent.log())
     assert found, agent.log()
 
-    def healthy(count: int) -> Callable[[Samples], bool]:
-        return lambda s: value(s, "token_resource_tokens_healthy", resource=LICENSE) == count
+    checks = "token_resource_probe_duration_seconds_count"
 
-    samples = eventually(lambda: scrape(found[1]), healthy(2))
+    def runs(samples: Samples, result: str) -> float:
+        return (
+            value(samples, "token_resource_probe_runs_total", resource=LICENSE, result=result) or 0
+        )
+
+    def healthy(count: int, result: str) -> Callable[[Samples], bool]:
+        # One scrape is not one moment: the counters are read before the agent's report (which
+        # waits for its event loop), so a check may show in the one and not yet in the other.
+        return lambda samples: (
+            value(samples, "token_resource_tokens_healthy", resource=LICENSE) == count
+            and runs(samples, result) >= 1
+            and (value(samples, checks, resource=LICENSE) or 0) >= 1
+        )
+
+    samples = eventually(lambda: scrape(found[1]), healthy(2, "failed"))
     assert value(samples, "token_resource_tokens_free", resource=LICENSE) == 2
-    assert (
-        value(samples, "token_resource_probe_runs_total", resource=LICENSE, result="failed") or 0
-    ) >= 1
-    checks = value(samples, "token_resource_probe_duration_seconds_count", resource=LICENSE)
-    assert checks is not None
-    assert checks >= 1
     for index in (1, 3):
         (devices / f"ttyUSB{index}").touch()
-    samples = eventually(lambda: scrape(found[1]), healthy(4))
-    assert (
-        value(samples, "token_resource_probe_runs_total", resource=LICENSE, result="passed") or 0
-    ) >= 1
+    samples = eventually(lambda: scrape(found[1]), healthy(4, "passed"))
+    assert value(samples, "token_resource_tokens_free", resource=LICENSE) == 4
