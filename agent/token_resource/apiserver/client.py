@@ -148,6 +148,9 @@ class ApiClient:
             raise KubeError(f"TLS with {server} failed: {error}") from None
         except OSError as error:
             raise KubeError(f"API server {server} unreachable: {error}") from None
+        except http.client.HTTPException as error:
+            # Not an OSError: an answer cut short (IncompleteRead) or not HTTP at all.
+            raise KubeError(f"API server {server} answered badly: {error!r}") from None
 
 
 def _begin(

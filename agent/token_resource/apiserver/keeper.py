@@ -65,7 +65,9 @@ class Keeper(abc.ABC, Generic[Wanted]):
     @abc.abstractmethod
     async def _quiet(self, wanted: Wanted) -> None:
         """After a successful sync of ``wanted``: return when the next one is due, at the
-        latest when :meth:`want` changes what is wanted (``self._wake`` is then set)."""
+        latest when :meth:`want` changes what is wanted (``self._wake`` is then set).
+        KubeError if it cannot wait for news (the credentials unreadable right then): the
+        next sync comes after a short wait, or at once when something else is wanted."""
 
     async def _wait_for_wake(self, timeout: float | None) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -84,9 +86,26 @@ class Keeper(abc.ABC, Generic[Wanted]):
                 await self._wait_for_wake(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY)
                 continue
+            except Exception as error:  # a bug must not end the keeping for good
+                log.exception("%s: unexpected error, retrying in %g s", self._what, delay)
+                self._failed(f"unexpected error: {error!r}", delay)
+                await self._wait_for_wake(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY)
+                continue
             self._succeeded()
             delay = FIRST_RETRY_DELAY
-            await self._quiet(wanted)
+            try:
+                await self._quiet(wanted)
+            except KubeError as error:
+                # What is wanted is there; only the wait for news failed. Without this the
+                # task would end, and nothing wanted later would ever reach the API server.
+                log.info(
+                    "%s: cannot wait for changes, looking again in %g s: %s",
+                    self._what,
+                    FIRST_RETRY_DELAY,
+                    error,
+                )
+                await self._wait_for_wake(FIRST_RETRY_DELAY)
 
     def _failed(self, reason: str, retry_in: float) -> None:
         if (self.state, self.reason) != (FAILING, reason):

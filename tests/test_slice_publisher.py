@@ -1,0 +1,83 @@
+"""The slice publisher in-process, against the API-server stand-in: what it does when its
+credentials cannot be read at an awkward moment."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
+from token_resource.apiserver import credentials
+from token_resource.apiserver.client import Credentials
+from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
+from token_resource.apiserver.slices import pool_name
+from token_resource.config.model import KubernetesSettings
+
+NODE = "node-a"
+DRIVER = "tokens.example.com"
+TOKEN = "example.com/token"
+
+
+@pytest.fixture
+def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
+    with ApiServerStandin(ca, nodes=(NODE,)) as standin:
+        yield standin
+
+
+def pool_size(view: ApiServerView) -> int | None:
+    pool = view.pools(NODE, DRIVER).get(pool_name(NODE, TOKEN))
+    return len(pool.devices) if pool is not None and pool.complete else None
+
+
+def test_a_kubeconfig_unreadable_as_the_watch_starts_stops_nothing(
+    apiserver: ApiServerStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubeconfig being rewritten (empty for a moment) just when the publisher starts its
+    watch, after a sync: the publisher once died there, silently, and published nothing more
+    (test_dra's resize test, now and then)."""
+    kubeconfig = apiserver.write_kubeconfig(
+        tmp_path / "node.conf", identity=apiserver.ca.node_certificate(NODE)
+    )
+    settings = KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE, resync_seconds=30)
+    empty = tmp_path / "empty.conf"
+    empty.write_text("")
+    calls = 0
+    watching: list[asyncio.Event] = []
+
+    def load_credentials(given: KubernetesSettings) -> Credentials:
+        # The first call is the sync's (a worker thread), the second the watch's (the event
+        # loop): that one finds the file empty.
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            watching[0].set()
+            given = dataclasses.replace(given, kubeconfig=empty)
+        return credentials.load_credentials(given)
+
+    monkeypatch.setattr("token_resource.apiserver.publisher.load_credentials", load_credentials)
+
+    async def until(size: int, publisher: SlicePublisher) -> None:
+        deadline = time.monotonic() + 20
+        while pool_size(apiserver.snapshot()) != size:
+            assert time.monotonic() < deadline, (publisher.publisher_state(), calls)
+            await asyncio.sleep(0.05)
+
+    async def scenario() -> None:
+        watching.append(asyncio.Event())
+        publisher = SlicePublisher(settings, DRIVER, lambda: None)
+        publisher.apply(settings, DRIVER, {TOKEN: PoolWanted(4)})
+        try:
+            await until(4, publisher)
+            await asyncio.wait_for(watching[0].wait(), 20)
+            publisher.apply(settings, DRIVER, {TOKEN: PoolWanted(300)})
+            await until(300, publisher)
+            assert publisher.publisher_state().state == "accepted"
+        finally:
+            await publisher.close()
+
+    asyncio.run(scenario())
