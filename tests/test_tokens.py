@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from token_resource.config.model import MAX_COUNT
-from token_resource.kubelet.tokens import AllocationError, TokenPool, token_id, token_index
+from token_resource.config.names import token_id
+from token_resource.kubelet.tokens import AllocationError, TokenPool, token_index
 from token_resource.protocol.deviceplugin import MAX_MESSAGE_BYTES
 
 

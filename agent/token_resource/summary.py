@@ -13,6 +13,7 @@ from dataclasses import replace
 from token_resource.apiserver.keeper import ACCEPTED
 from token_resource.apiserver.nodestatus import NodeStatusState
 from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, ResourceSpec
+from token_resource.config.names import token_id
 from token_resource.dra.driver import DraState
 from token_resource.health.monitor import ProbeReport
 from token_resource.kubelet.allocation import Allocation
@@ -143,7 +144,7 @@ def _health_report(probe: ProbeReport | None, count: int) -> HealthReport | None
     if probe is None:
         return None
     unhealthy = tuple(
-        UnhealthyToken(f"token-{index}", reason)
+        UnhealthyToken(token_id(index), reason)
         for index, reason in probe.health.within(count).unhealthy.items()
     )
     return HealthReport(

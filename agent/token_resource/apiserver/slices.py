@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from token_resource.config.model import DEVICES_PER_SLICE, NO_SCHEDULE
+from token_resource.config.names import token_id
 
 API_GROUP = "resource.k8s.io"
 API_VERSION = f"{API_GROUP}/v1"
@@ -131,10 +132,10 @@ class Pool:
         listed = []
         for index in range(self.count):
             device: dict[str, Any] = {
-                "name": f"token-{index}",
+                "name": token_id(index),
                 "attributes": {
                     RESOURCE_ATTRIBUTE: {"string": self.resource},
-                    TOKEN_ATTRIBUTE: {"string": f"token-{index}"},
+                    TOKEN_ATTRIBUTE: {"string": token_id(index)},
                 },
             }
             if index in self.unhealthy:

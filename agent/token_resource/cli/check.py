@@ -22,6 +22,7 @@ from token_resource.config.model import (
     ResourceSpec,
     format_listen,
 )
+from token_resource.config.names import token_id
 from token_resource.health.probes import check as run_check
 from token_resource.host import logs
 from token_resource.kubelet.sockets import SocketLayout
@@ -98,7 +99,7 @@ def _run_once(spec: ResourceSpec) -> str:
         f"checked once: {result} in {outcome.seconds:.3f} s: {outcome.message}; "
         f"{sum(outcome.passed)} of {spec.count} token(s) healthy"
     )
-    failing = [f"token-{index}" for index, passed in enumerate(outcome.passed) if not passed]
+    failing = [token_id(index) for index, passed in enumerate(outcome.passed) if not passed]
     if failing and not outcome.ok and len(failing) < spec.count:
         line += f" (unhealthy: {', '.join(failing[:5])}{' ...' if len(failing) > 5 else ''})"
     return line

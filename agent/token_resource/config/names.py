@@ -1,4 +1,5 @@
-"""The kubelet's rules for extended resource names, and the environment variable named after one."""
+"""The kubelet's rules for extended resource names, the environment variable named after one,
+and the names of a resource's tokens."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ _QUOTA_PREFIX = "requests."
 _MAX_DOMAIN_LENGTH = 253 - len(_QUOTA_PREFIX)
 # The kubelet treats any name containing "kubernetes.io/" as a native resource.
 _RESERVED_DOMAIN_SUFFIX = "kubernetes.io"
+# A resource of count N has the tokens token-0 .. token-<N-1>: device IDs for the kubelet,
+# device names in ResourceSlices, the names operators read in status and the journal.
+TOKEN_ID_PREFIX = "token-"
+
+
+def token_id(index: int) -> str:
+    return f"{TOKEN_ID_PREFIX}{index}"
 
 
 def default_env_name(resource_name: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import grpc.aio
 
 from token_resource.config.model import ResourceSpec
+from token_resource.config.names import token_id
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.protocol import dra_health_v1alpha1_pb2 as pb
 
@@ -62,7 +63,7 @@ class HealthService:
             for index in range(spec.count):
                 reason = health.unhealthy.get(index)
                 response.devices.add(
-                    device=pb.DeviceIdentifier(pool_name=pool, device_name=f"token-{index}"),
+                    device=pb.DeviceIdentifier(pool_name=pool, device_name=token_id(index)),
                     health=pb.HEALTHY if reason is None else pb.UNHEALTHY,
                     last_updated_time=now,
                     health_check_timeout_seconds=TIMEOUT_SECONDS,

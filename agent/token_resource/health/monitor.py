@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from token_resource.config.diff import describe_probe
 from token_resource.config.model import ResourceSpec
+from token_resource.config.names import token_id
 from token_resource.health.probes import Outcome, check
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.observe.observer import Observer
@@ -178,6 +179,6 @@ class HealthMonitor:
 
 
 def _tokens(indices: list[int]) -> str:
-    shown = ", ".join(f"token-{index}" for index in indices[:_LOGGED_TOKENS])
+    shown = ", ".join(token_id(index) for index in indices[:_LOGGED_TOKENS])
     more = len(indices) - _LOGGED_TOKENS
     return shown + (f" and {more} more" if more > 0 else "")

@@ -6,20 +6,16 @@ import asyncio
 import re
 from collections.abc import AsyncGenerator, Iterable, Sequence
 
+from token_resource.config.names import TOKEN_ID_PREFIX, token_id
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.protocol import deviceplugin_pb2 as pb
 from token_resource.protocol.deviceplugin import HEALTHY, UNHEALTHY
 
-TOKEN_ID_PREFIX = "token-"
-_TOKEN_ID = re.compile(r"token-(0|[1-9][0-9]*)")
+_TOKEN_ID = re.compile(rf"{re.escape(TOKEN_ID_PREFIX)}(0|[1-9][0-9]*)")
 MAX_DEVICE_ID_LENGTH = 63
 # Error messages name at most this many IDs, each cut to this length.
 _SHOWN_IDS = 5
 _SHOWN_ID_CHARS = 64
-
-
-def token_id(index: int) -> str:
-    return f"{TOKEN_ID_PREFIX}{index}"
 
 
 def token_index(device_id: str) -> int | None:
