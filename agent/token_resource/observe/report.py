@@ -90,21 +90,27 @@ class ResourceReport:
         return self.count - len(self.health.unhealthy)
 
     @property
-    def in_use(self) -> int | None:
-        """Distinct tokens held; above ``count`` after a resize below what pods hold."""
+    def held(self) -> frozenset[str] | None:
+        """The token IDs held by pods; None when the kubelet could not tell."""
         if self.holders is None:
             return None
-        return len({device_id for holder in self.holders for device_id in holder.device_ids})
+        return frozenset(device_id for holder in self.holders for device_id in holder.device_ids)
+
+    @property
+    def in_use(self) -> int | None:
+        """Distinct tokens held; above ``count`` after a resize below what pods hold."""
+        held = self.held
+        return None if held is None else len(held)
 
     @property
     def free(self) -> int | None:
         """Healthy tokens no pod holds: what new pods may still get. (The scheduler admits no
         new pod while the held tokens reach the count, so the excess of a lowered count, held,
         counts against the healthy ones.)"""
-        if self.holders is None:
+        held = self.held
+        if held is None:
             return None
         unhealthy = set() if self.health is None else {t.token for t in self.health.unhealthy}
-        held = {device_id for holder in self.holders for device_id in holder.device_ids}
         return max(self.healthy - len(held - unhealthy), 0)
 
     def to_json(self) -> dict[str, Any]:
