@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from bench.cpu import CpuMeter, CpuUse
 from bench.scenarios import Scale, Section, counts_of, start_and_register
 from bench.support import Bench, BenchAgent
+from tests.loopback import http_server
 
 RESOURCES = 10
 TOKENS = 4
@@ -55,15 +56,8 @@ class _Quiet(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def http_listener() -> Iterator[str]:
     """An HTTP server answering 200 on 127.0.0.1; its address (host:port)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(_Quiet) as port:
+        yield f"127.0.0.1:{port}"
 
 
 @contextmanager

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import http.server
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.loopback import http_server
 from token_resource.config.model import ProbeSpec, ResourceSpec
 from token_resource.health.monitor import HealthMonitor
 from token_resource.health.probes import Outcome, check
@@ -114,15 +114,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def web() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(_Handler) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_http_is_healthy_on_2xx(web: str) -> None:
