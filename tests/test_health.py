@@ -39,6 +39,16 @@ def plug(directory: Path, *indices: int) -> None:
         (directory / f"ttyUSB{index}").touch()
 
 
+def serve_dongles(
+    agent: AgentProcess, kubelet: KubeletStandin, devices: Path, *plugged: int
+) -> None:
+    """The agent serving four dongles, those of ``plugged`` there: that many allocatable."""
+    plug(devices, *plugged)
+    agent.write_config(dongles(devices))
+    agent.start()
+    kubelet.wait_for(allocatable(len(plugged)))
+
+
 def health_of(view: KubeletView, name: str = DONGLE) -> dict[str, str]:
     return dict(view.resources[name].devices)
 
@@ -84,10 +94,7 @@ def test_a_pulled_dongle_takes_exactly_its_token_out_and_plugging_it_back_return
     agent: AgentProcess, kubelet: KubeletStandin, tmp_path: Path
 ) -> None:
     devices = tmp_path / "dev"
-    plug(devices, 0, 1, 2, 3)
-    agent.write_config(dongles(devices))
-    agent.start()
-    kubelet.wait_for(allocatable(4))
+    serve_dongles(agent, kubelet, devices, 0, 1, 2, 3)
     # A running pod holds token-2; its dongle is then pulled.
     assert kubelet.allocate(DONGLE, ["token-2"]).container_responses
     (devices / "ttyUSB2").unlink()
@@ -176,10 +183,7 @@ def test_a_bad_probe_in_a_drop_in_is_refused_and_the_served_probe_stays(
     agent: AgentProcess, kubelet: KubeletStandin, tmp_path: Path
 ) -> None:
     devices = tmp_path / "dev"
-    plug(devices, 0, 1, 2, 3)
-    agent.write_config(dongles(devices))
-    agent.start()
-    kubelet.wait_for(allocatable(4))
+    serve_dongles(agent, kubelet, devices, 0, 1, 2, 3)
     dropin = agent.dropin_dir / "50-probe.toml"
     dropin.parent.mkdir(exist_ok=True)
     dropin.write_text(f'[resources."{DONGLE}".probe]\ntcp = "127.0.0.1:1"\ninterval = 0\n')
@@ -198,10 +202,7 @@ def test_a_reload_changes_a_probe_live_and_taking_it_away_makes_every_token_heal
     agent: AgentProcess, kubelet: KubeletStandin, tmp_path: Path
 ) -> None:
     devices = tmp_path / "dev"
-    plug(devices, 0, 1)
-    agent.write_config(dongles(devices))
-    agent.start()
-    kubelet.wait_for(allocatable(2))
+    serve_dongles(agent, kubelet, devices, 0, 1)
     # Now every token checks one path, which is missing.
     agent.write_config(dongles(devices, path=str(devices / "hub")))
     kubelet.wait_for(allocatable(0), timeout=TIMEOUT)
