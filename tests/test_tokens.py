@@ -8,8 +8,9 @@ import pytest
 
 from token_resource.config.model import MAX_COUNT
 from token_resource.config.names import token_id
+from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.kubelet.tokens import AllocationError, TokenPool, token_index
-from token_resource.protocol.deviceplugin import MAX_MESSAGE_BYTES
+from token_resource.protocol.deviceplugin import HEALTHY, MAX_MESSAGE_BYTES, UNHEALTHY
 
 
 def ids(pool: TokenPool) -> list[str]:
@@ -112,3 +113,20 @@ def test_an_empty_pool_says_so() -> None:
 
     with pytest.raises(AllocationError, match="this resource has no tokens"):
         asyncio.run(scenario())
+
+
+def test_health_changes_the_list_only_when_the_unhealthy_tokens_change() -> None:
+    pool = TokenPool(3)
+    assert pool.set_health(TokenHealth({1: "pulled"}))
+    listing = pool.listing()
+    assert [(d.ID, d.health) for d in listing.devices] == [
+        ("token-0", HEALTHY),
+        ("token-1", UNHEALTHY),
+        ("token-2", HEALTHY),
+    ]
+    # The same token with another reason: no new list for the kubelet, the reason kept.
+    assert not pool.set_health(TokenHealth({1: "still pulled"}))
+    assert pool.listing() is listing
+    assert dict(pool.health.unhealthy) == {1: "still pulled"}
+    assert pool.set_health(ALL_HEALTHY)
+    assert {d.health for d in pool.listing().devices} == {HEALTHY}

@@ -71,10 +71,12 @@ class TokenPool:
         return self._health
 
     def set_health(self, health: TokenHealth) -> bool:
-        """Which tokens are unhealthy; wakes every watcher if that changed."""
-        if health == self._health:
-            return False
+        """Which tokens are unhealthy; wakes every watcher if that changed. A new reason for
+        the same tokens is no change here: the kubelet's list carries no reasons."""
+        listed_the_same = health.unhealthy.keys() == self._health.unhealthy.keys()
         self._health = health
+        if listed_the_same:
+            return False
         self._listing = None
         self.wake()
         return True
