@@ -67,6 +67,9 @@ from token_resource.protocol import dra_v1_pb2 as pb
 from token_resource.protocol.dra import HEALTH_SERVICES, HEALTH_VERSION, health_method, method
 
 CALL_SECONDS = 45.0
+# How long a channel's connectivity poller may take to end once nobody listens (it looks every
+# 0.2 s); see _close_channels.
+POLLER_END_SECONDS = 5.0
 DEREGISTRATION_GRACE = 30.0
 HEALTH_RETRY = 5.0  # the period of the health stream's wait.UntilWithContext
 HEALTH_TIMEOUT = 30.0  # DefaultHealthTimeout, for a health_check_timeout_seconds of 0 or less
@@ -197,6 +200,7 @@ class _Plugin:
     connected: bool = False
     health_service: str | None = None
     health_call: grpc.CallIterator[health_pb.NodeWatchResourcesResponse] | None = None
+    on_connectivity: Callable[[grpc.ChannelConnectivity], None] | None = None
 
 
 class DraManager:
@@ -257,8 +261,7 @@ class DraManager:
                 self._drivers[name] = replace(self._drivers[name], plugins=())
             threads, self._threads = self._threads, []
             self._changed("DRA manager stopped")
-        for plugin in plugins:
-            plugin.channel.close()
+        _close_channels(plugins)
         for thread in threads:
             thread.join()
 
@@ -322,9 +325,8 @@ class DraManager:
             self._update(name, registrations=view.registrations + 1)
             self._sync(name)
             self._changed(f"DRA driver {name}: plugin at {endpoint} registered ({chosen})")
-        plugin.channel.subscribe(
-            lambda state: self._connectivity(plugin, state), try_to_connect=True
-        )
+        plugin.on_connectivity = lambda state: self._connectivity(plugin, state)
+        plugin.channel.subscribe(plugin.on_connectivity, try_to_connect=True)
         if plugin.health_service is not None:
             self._spawn(lambda: self._watch_health(plugin), f"kubelet-dra-health-{name}")
         return None
@@ -342,8 +344,7 @@ class DraManager:
             self._update(name, deregistrations=view.deregistrations + 1)
             self._sync(name)
             self._changed(f"DRA driver {name}: plugin at {endpoint} deregistered")
-        for plugin in gone:
-            plugin.channel.close()
+        _close_channels(gone)
 
     def _connectivity(self, plugin: _Plugin, state: grpc.ChannelConnectivity) -> None:
         with self._cond:
@@ -619,6 +620,25 @@ class DraManager:
 def _go_list(items: Sequence[str]) -> str:
     """Go's %q of a []string: ["a" "b"]."""
     return "[" + " ".join(json.dumps(item) for item in items) + "]"
+
+
+def _close_channels(plugins: Sequence[_Plugin]) -> None:
+    """Caller does NOT hold the lock: unsubscribe, wait for grpcio's poller to end, close.
+
+    grpcio's connectivity poller checks its subscribers, then may ask the channel for its
+    state: a channel closed in between raises "Cannot invoke RPC: Channel closed!" in the
+    poller's thread (grpc/_channel.py, _poll_connectivity; Channel.close unsubscribes too, but
+    does not wait). Its end shows in the channel's private connectivity state, the same in
+    grpcio 1.46 to 1.85."""
+    for plugin in plugins:
+        if plugin.on_connectivity is not None:
+            plugin.channel.unsubscribe(plugin.on_connectivity)
+    deadline = time.monotonic() + POLLER_END_SECONDS
+    for plugin in plugins:
+        state = getattr(plugin.channel, "_connectivity_state", None)
+        while getattr(state, "polling", False) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        plugin.channel.close()
 
 
 def _cancel(plugin: _Plugin) -> None:
