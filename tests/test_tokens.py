@@ -116,17 +116,20 @@ def test_an_empty_pool_says_so() -> None:
 
 
 def test_health_changes_the_list_only_when_the_unhealthy_tokens_change() -> None:
-    pool = TokenPool(3)
-    assert pool.set_health(TokenHealth({1: "pulled"}))
-    listing = pool.listing()
-    assert [(d.ID, d.health) for d in listing.devices] == [
-        ("token-0", HEALTHY),
-        ("token-1", UNHEALTHY),
-        ("token-2", HEALTHY),
-    ]
-    # The same token with another reason: no new list for the kubelet, the reason kept.
-    assert not pool.set_health(TokenHealth({1: "still pulled"}))
-    assert pool.listing() is listing
-    assert dict(pool.health.unhealthy) == {1: "still pulled"}
-    assert pool.set_health(ALL_HEALTHY)
-    assert {d.health for d in pool.listing().devices} == {HEALTHY}
+    async def scenario() -> None:
+        pool = TokenPool(3)
+        assert pool.set_health(TokenHealth({1: "pulled"}))
+        listing = pool.listing()
+        assert [(d.ID, d.health) for d in listing.devices] == [
+            ("token-0", HEALTHY),
+            ("token-1", UNHEALTHY),
+            ("token-2", HEALTHY),
+        ]
+        # The same token with another reason: no new list for the kubelet, the reason kept.
+        assert not pool.set_health(TokenHealth({1: "still pulled"}))
+        assert pool.listing() is listing
+        assert dict(pool.health.unhealthy) == {1: "still pulled"}
+        assert pool.set_health(ALL_HEALTHY)
+        assert {d.health for d in pool.listing().devices} == {HEALTHY}
+
+    asyncio.run(scenario())
