@@ -90,7 +90,12 @@ class ApiClient:
         """A watch of the collection at ``path`` (with its query): its events, as the API
         server sends them, until it ends the watch or :meth:`Watch.close` is called."""
         connection = self._connect(timeout)
-        return Watch(connection, self._send(connection, "GET", path), self._credentials.server)
+        try:
+            response = self._send(connection, "GET", path)
+        except KubeError:
+            connection.close()  # an ApiError closed it already; a broken transport did not
+            raise
+        return Watch(connection, response, self._credentials.server)
 
     def _request(
         self, method: str, path: str, body: bytes | None = None, content_type: str | None = None
@@ -180,8 +185,10 @@ class Watch:
         self._response = response
         self._server = server
         self._closed = False
+        self._reading = False
 
     def events(self) -> Iterator[dict[str, Any]]:
+        self._reading = True
         try:
             while True:
                 line = self._response.readline()
@@ -198,12 +205,15 @@ class Watch:
             self._connection.close()
 
     def close(self) -> None:
-        """End the watch from another thread: its blocked read returns."""
+        """End the watch from another thread: its blocked read returns (and closes the
+        connection); a watch never read is closed here."""
         self._closed = True
         sock = self._connection.sock
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+        if not self._reading:
+            self._connection.close()
 
 
 def _status_message(data: bytes) -> str:

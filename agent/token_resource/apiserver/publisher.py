@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError
+from token_resource.apiserver.client import ApiClient, ApiError, KubeError, Watch
 from token_resource.apiserver.credentials import load_credentials, node_name
 from token_resource.apiserver.keeper import Keeper
 from token_resource.apiserver.slices import (
@@ -161,10 +161,17 @@ class SlicePublisher(Keeper[Wanted]):
                 "timeoutSeconds": str(int(wanted.settings.resync_seconds)),
             }
         )
-        try:
-            watch = await asyncio.to_thread(
+        opening = asyncio.ensure_future(
+            asyncio.to_thread(
                 client.watch, f"{SLICES_PATH}?{query}", wanted.settings.resync_seconds + 10
             )
+        )
+        try:
+            watch = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # Stopped while the thread opens it: close the watch once it is open.
+            opening.add_done_callback(_close_opened)
+            raise
         except KubeError as error:
             log.info("cannot watch the resource slices, looking again: %s", error)
             return
@@ -181,6 +188,11 @@ class SlicePublisher(Keeper[Wanted]):
                 reason = await changed
                 if reason:
                     log.info("resource slices: %s: publishing again", reason)
+
+
+def _close_opened(opening: asyncio.Future[Watch]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
 
 
 def _until_changed(events: Any, driver: str) -> str | None:
