@@ -62,8 +62,13 @@ def test_a_kubeconfig_unreadable_as_the_watch_starts_stops_nothing(
     monkeypatch.setattr("token_resource.apiserver.publisher.load_credentials", load_credentials)
 
     async def until(size: int, publisher: SlicePublisher) -> None:
+        """The pool of ``size`` on the API server, and the publisher past the sync that wrote
+        it (its state is set once the sync's thread has returned)."""
         deadline = time.monotonic() + 20
-        while pool_size(apiserver.snapshot()) != size:
+        while (
+            pool_size(apiserver.snapshot()) != size
+            or publisher.publisher_state().state != "accepted"
+        ):
             assert time.monotonic() < deadline, (publisher.publisher_state(), calls)
             await asyncio.sleep(0.05)
 
@@ -76,7 +81,6 @@ def test_a_kubeconfig_unreadable_as_the_watch_starts_stops_nothing(
             await asyncio.wait_for(watching[0].wait(), 20)
             publisher.apply(settings, DRIVER, {TOKEN: PoolWanted(300)})
             await until(300, publisher)
-            assert publisher.publisher_state().state == "accepted"
         finally:
             await publisher.close()
 
