@@ -91,11 +91,15 @@ class ApiClient:
         server sends them, until it ends the watch or :meth:`Watch.close` is called."""
         connection = self._connect(timeout)
         try:
+            # Connected first, to keep the socket: a response that will close the connection
+            # takes it from the connection (http.client), and close() must reach it.
+            self._read(connection.connect)
+            sock = connection.sock
             response = self._send(connection, "GET", path)
         except KubeError:
             connection.close()  # an ApiError closed it already; a broken transport did not
             raise
-        return Watch(connection, response, self._credentials.server)
+        return Watch(connection, response, sock, self._credentials.server)
 
     def _request(
         self, method: str, path: str, body: bytes | None = None, content_type: str | None = None
@@ -179,10 +183,12 @@ class Watch:
         self,
         connection: http.client.HTTPSConnection,
         response: http.client.HTTPResponse,
+        sock: socket.socket,
         server: str,
     ) -> None:
         self._connection = connection
         self._response = response
+        self._sock = sock
         self._server = server
         self._closed = False
         self._reading = False
@@ -202,18 +208,21 @@ class Watch:
                 return
             raise KubeError(f"watch on {self._server} broke off: {error}") from None
         finally:
-            self._connection.close()
+            self._release()
+
+    def _release(self) -> None:
+        self._response.close()  # the response's file holds the socket open until closed
+        self._connection.close()
+        self._sock.close()
 
     def close(self) -> None:
         """End the watch from another thread: its blocked read returns (and closes the
         connection); a watch never read is closed here."""
         self._closed = True
-        sock = self._connection.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         if not self._reading:
-            self._connection.close()
+            self._release()
 
 
 def _status_message(data: bytes) -> str:

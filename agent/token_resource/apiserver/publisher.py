@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -161,16 +162,15 @@ class SlicePublisher(Keeper[Wanted]):
                 "timeoutSeconds": str(int(wanted.settings.resync_seconds)),
             }
         )
-        opening = asyncio.ensure_future(
-            asyncio.to_thread(
-                client.watch, f"{SLICES_PATH}?{query}", wanted.settings.resync_seconds + 10
-            )
-        )
+        opening = _Opening()
         try:
-            watch = await asyncio.shield(opening)
+            watch = await asyncio.to_thread(
+                opening.open, client, f"{SLICES_PATH}?{query}", wanted.settings.resync_seconds + 10
+            )
         except asyncio.CancelledError:
-            # Stopped while the thread opens it: close the watch once it is open.
-            opening.add_done_callback(_close_opened)
+            # Stopped while the thread opens it, maybe with the loop gone by the time it is
+            # open: whichever of the two comes second closes it.
+            opening.abandon()
             raise
         except KubeError as error:
             log.info("cannot watch the resource slices, looking again: %s", error)
@@ -190,9 +190,27 @@ class SlicePublisher(Keeper[Wanted]):
                     log.info("resource slices: %s: publishing again", reason)
 
 
-def _close_opened(opening: asyncio.Future[Watch]) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().close()
+class _Opening:
+    """A watch being opened in a thread, which its opener may abandon meanwhile."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watch: Watch | None = None
+        self._abandoned = False
+
+    def open(self, client: ApiClient, path: str, timeout: float) -> Watch:
+        watch = client.watch(path, timeout)
+        with self._lock:
+            self._watch = watch
+            if self._abandoned:
+                watch.close()
+        return watch
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            if self._watch is not None:
+                self._watch.close()
 
 
 def _until_changed(events: Any, driver: str) -> str | None:
