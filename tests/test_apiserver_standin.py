@@ -152,6 +152,8 @@ def test_get_node_and_status(node_client: Client) -> None:
     assert (node["apiVersion"], node["kind"], node["metadata"]["name"]) == ("v1", "Node", NODE)
     assert node["status"]["capacity"] == {"cpu": "4", "memory": "8Gi", "pods": "110"}
     assert node["status"]["allocatable"] == node["status"]["capacity"]
+    # What the agent reads to know whether the kubelet takes two instances of a DRA driver.
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.2"
     assert int(node["metadata"]["resourceVersion"]) > 0
     assert node_client.get() == (200, node)
 

@@ -371,12 +371,46 @@ def test_two_plugins_of_one_driver_calls_go_to_the_newest(
             kubelet.prepare(DRIVER, [("default", "u", "c")])
             assert (len(old.prepared), len(new.prepared)) == (0, 1)
             new.stop()
-            kubelet.wait_for(registered(count=1))
+            view = kubelet.wait_for(registered(count=1))
+            assert driver_of(view).unregistered == 0
             kubelet.prepare(DRIVER, [("default", "u", "c")])
             assert len(old.prepared) == 1
         finally:
             new.stop()
             old.stop()
+
+
+def test_a_132_kubelet_keeps_one_plugin_per_driver_and_drops_it_when_either_leaves(
+    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
+) -> None:
+    with KubeletStandin(
+        dirs[0],
+        plugins_registry_dir=dirs[1],
+        apiserver=access(apiserver),
+        dra_versions=("v1beta1.DRAPlugin",),
+    ) as kubelet:
+        old = FakeDraPlugin(dirs[1], dirs[2], name="old.sock")
+        kubelet.wait_for(registered())
+        with short_temporary_directory("tr-p4-") as other:
+            new = FakeDraPlugin(dirs[1], other, name="new.sock")
+            try:
+                # The new one replaced the old one, which the kubelet forgets.
+                kubelet.wait_for(
+                    lambda view: (
+                        [p.endpoint for p in driver_of(view).plugins] == [str(new.endpoint)]
+                    )
+                )
+                assert kubelet.prepare(DRIVER, [("default", "u", "c")]).error is None
+                assert (len(old.prepared), len(new.prepared)) == (0, 1)
+                # The old one leaves, and the driver with it: the new one is not used.
+                old.stop()
+                view = kubelet.wait_for(lambda view: driver_of(view).unregistered == 1)
+                assert driver_of(view).plugins == ()
+                result = kubelet.prepare(DRIVER, [("default", "u", "c")])
+                assert result.error == f"DRA driver {DRIVER} is not registered"
+            finally:
+                new.stop()
+                old.stop()
 
 
 def test_a_second_plugin_on_a_taken_endpoint_is_refused(

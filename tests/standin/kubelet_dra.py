@@ -12,8 +12,13 @@ list of supported gRPC services (aka supported versions)"). A kubelet of the 1.3
 driver name and the endpoint are not checked (the real code does not); a second plugin of a
 driver may not take an endpoint already registered ("endpoint <e> already registered for DRA
 driver plugin <d>"). Several plugins of one driver may be registered at once (rolling
-update); calls go to the newest connected one, else the newest (``get``). A plugin is
-connected while its gRPC channel is READY (the real one's stats handler, ConnBegin/ConnEnd).
+update, 1.33+: plugins_store.go); calls go to the newest connected one, else the newest
+(``get``), and a deregistration removes the plugin of its endpoint only. A kubelet of the 1.32
+era keeps one plugin per driver: a registration replaces the one there ("the old plugin was
+replaced and will be forgotten by the kubelet"), and a deregistration of the driver, from
+either socket, removes whichever is registered (``DeRegisterPlugin(pluginName)``,
+``draPlugins.delete``). A plugin is connected while its gRPC channel is READY (the real one's
+stats handler, ConnBegin/ConnEnd).
 
 Wipes (``wipeResourceSlices``): at start, every slice of the node (DeleteCollection with
 ``fieldSelector=spec.nodeName=<node>``, after a GET of the Node), in the background; and
@@ -146,6 +151,7 @@ class DriverView:
     plugins: tuple[PluginView, ...] = ()  # in registration order
     registrations: int = 0
     deregistrations: int = 0
+    unregistered: int = 0  # times a deregistration left the driver with no plugin
     last_error: str | None = None  # of the latest refused registration
     wipes: int = 0  # slice wipes done for this driver after its grace
     prepares: tuple[DraCall, ...] = ()
@@ -224,6 +230,8 @@ class DraManager:
         self._cond, self._changed, self._violation = cond, changed, violation
         self.node, self.apiserver = node, apiserver
         self.versions, self.grace = tuple(versions), grace
+        # The 1.32 era (no v1 service yet) kept one plugin per driver.
+        self.one_plugin_per_driver = "v1.DRAPlugin" not in self.versions
         self.resource_health, self.health_retry = resource_health, health_retry
         # Guarded by cond:
         self._plugins: dict[str, list[_Plugin]] = {}
@@ -310,7 +318,12 @@ class DraManager:
         chosen = self.choose(versions)[0]
         if chosen is None:
             return self.validate_plugin(name, endpoint, versions)
+        replaced: list[_Plugin] = []
         with self._cond:
+            if self.one_plugin_per_driver:
+                replaced = self._plugins.pop(name, [])
+                for old in replaced:
+                    _cancel(old)
             if any(p.endpoint == endpoint for p in self._plugins.get(name, [])):
                 error = f"endpoint {endpoint} already registered for DRA driver plugin {name}"
                 refused = f"RegisterPlugin error -- plugin registration failed with err: {error}"
@@ -325,6 +338,7 @@ class DraManager:
             self._update(name, registrations=view.registrations + 1)
             self._sync(name)
             self._changed(f"DRA driver {name}: plugin at {endpoint} registered ({chosen})")
+        _close_channels(replaced)
         plugin.on_connectivity = lambda state: self._connectivity(plugin, state)
         plugin.channel.subscribe(plugin.on_connectivity, try_to_connect=True)
         if plugin.health_service is not None:
@@ -334,14 +348,18 @@ class DraManager:
     def deregister_plugin(self, name: str, endpoint: str, socket: Path) -> None:
         with self._cond:
             plugins = self._plugins.get(name, [])
-            gone = [p for p in plugins if p.endpoint == endpoint]
-            self._plugins[name] = [p for p in plugins if p.endpoint != endpoint]
+            gone = [p for p in plugins if self.one_plugin_per_driver or p.endpoint == endpoint]
+            self._plugins[name] = [p for p in plugins if p not in gone]
             if not gone:
                 return
             for plugin in gone:
                 _cancel(plugin)  # its health stream, as the real one's HealthStreamCancel
             view = self._drivers[name]
-            self._update(name, deregistrations=view.deregistrations + 1)
+            self._update(
+                name,
+                deregistrations=view.deregistrations + 1,
+                unregistered=view.unregistered + (not self._plugins[name]),
+            )
             self._sync(name)
             self._changed(f"DRA driver {name}: plugin at {endpoint} deregistered")
         _close_channels(gone)

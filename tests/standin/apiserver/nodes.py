@@ -23,6 +23,8 @@ from tests.standin.apiserver.wire import Fail, Identity, Reply, fail
 from tests.standin.kubelet import is_extended_resource_name
 
 DEFAULT_CAPACITY: Mapping[str, str] = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+# What a node of the Kubernetes release the project was last checked against reports.
+KUBELET_VERSION = "v1.36.2"
 NODE_PATH = re.compile(r"/api/v1/nodes/(?P<name>[^/]+)(?P<status>/status)?")
 # What NodeRestriction lets a node set among the kubernetes.io and k8s.io labels of its Node:
 # the kubelet's own labels and those under its namespaces (k8s.io/kubelet/pkg/apis).
@@ -61,10 +63,16 @@ class NodesMixin:
 
     # --- test hooks ------------------------------------------------------------------------
 
-    def add_node(self, name: str, capacity: Mapping[str, str] | None = None) -> None:
-        """Register a Node (or re-create it: a new uid, only the given capacity)."""
+    def add_node(
+        self,
+        name: str,
+        capacity: Mapping[str, str] | None = None,
+        kubelet_version: str = KUBELET_VERSION,
+    ) -> None:
+        """Register a Node (or re-create it: a new uid, only the given capacity), as a kubelet
+        of ``kubelet_version`` does."""
         with self._cond:
-            self._store(new_node(name, capacity))
+            self._store(new_node(name, capacity, kubelet_version))
             self._changed(f"node {name} created")
 
     def delete_node(self, name: str) -> None:
@@ -237,7 +245,9 @@ def _forbidden(name: str, reason: str) -> Fail:
     )
 
 
-def new_node(name: str, capacity: Mapping[str, str] | None = None) -> dict[str, Any]:
+def new_node(
+    name: str, capacity: Mapping[str, str] | None = None, kubelet_version: str = KUBELET_VERSION
+) -> dict[str, Any]:
     """A Node as a freshly registered kubelet leaves it (allocatable = capacity)."""
     capacity = dict(DEFAULT_CAPACITY if capacity is None else capacity)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -252,7 +262,11 @@ def new_node(name: str, capacity: Mapping[str, str] | None = None) -> dict[str, 
             "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
         },
         "spec": {},
-        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "nodeInfo": {"kubeletVersion": kubelet_version, "operatingSystem": "linux"},
+        },
     }
 
 
