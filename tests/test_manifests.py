@@ -577,8 +577,16 @@ def test_every_daemonset_is_node_critical_tolerates_every_taint_and_rolls() -> N
         assert tolerated == {(None, "Exists", "NoSchedule"), (None, "Exists", "NoExecute")}
         strategy = daemon_set["spec"]["updateStrategy"]
         assert strategy["type"] == "RollingUpdate"
-        # Two agents cannot serve one node: a surge pod would only wait for the old one.
-        assert strategy["rollingUpdate"]["maxSurge"] == 0
+        env = {item["name"]: item for item in the_container(daemon_set).get("env", ())}
+        if "TOKEN_RESOURCE_INSTANCE" in env:
+            # Each pod an instance of its own: the new one starts before the old one stops.
+            assert env["TOKEN_RESOURCE_INSTANCE"]["valueFrom"]["fieldRef"] == {
+                "fieldPath": "metadata.uid"
+            }
+            assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+        else:
+            # Device-plugin agents cannot share a node: a surge pod would fail on the lock.
+            assert strategy["rollingUpdate"]["maxSurge"] == 0, kustomization
 
 
 def bench_rss_mib(resources: int) -> float:
@@ -708,8 +716,13 @@ def test_the_dra_overlay_serves_its_resources_through_dra_with_the_mounts_they_n
     container = the_container(daemon_set)
     # The Node's name, as the agent reads it in a pod.
     assert container["env"] == [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {
+            "name": "TOKEN_RESOURCE_INSTANCE",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}},
+        },
     ]
+    assert daemon_set["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"] == 1
     mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
     volumes = {volume["name"]: volume for volume in spec["volumes"]}
     # Each directory where the agent's configuration says, and at the host's own path (the

@@ -26,11 +26,15 @@ from token_resource.health.monitor import HealthMonitor
 from token_resource.health.state import TokenHealth
 from token_resource.host.control import Answer, ControlServer
 from token_resource.host.fswatch import DirectoryWatcher, FileEvent
-from token_resource.host.lock import directory_lock
 from token_resource.host.notify import SystemdNotifier
+from token_resource.instances import Placement
 from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.kubelet.reconciler import Reconciler
-from token_resource.kubelet.sockets import remove_stale_sockets, remove_subdirectory
+from token_resource.kubelet.sockets import (
+    make_subdirectory,
+    remove_stale_sockets,
+    remove_subdirectory,
+)
 from token_resource.observe.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
 from token_resource.observe.report import PluginSockets, StatusReport
 from token_resource.summary import STATUS_LISTED, dra_report, resource_reports, status_line
@@ -101,39 +105,48 @@ class Agent:
         self._pending_status: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[object]] = set()
         self._last_error: str | None = None
+        self._place = Placement(config.agent.device_plugin_dir)
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then remove every socket of ours."""
         loop = asyncio.get_running_loop()
         directory = self._config.agent.device_plugin_dir
         directory.mkdir(parents=True, exist_ok=True)
-        with directory_lock(directory):
-            remove_stale_sockets(directory)
-            try:
-                await self._control.start()
-                # Before any plugin registers: a listen address in use ends the start at once.
-                self._start_exposition()
-                self._reconciler.watch_directories()
-                self._watch_config()
-                self._watcher.start()
-                self._install_signal_handlers(loop)
-                # Under the reload lock, as every apply: a probe's first check may end
-                # meanwhile, and its change of health is advertised once this is done.
-                async with self._reload_lock:
-                    _, failures = await self._apply(self._initial)
-                if failures:
-                    raise StartError("; ".join(failures))
-                self._observer.config_applied(APPLIED, initial=True)
-                status = self._status()
-                self._notifier.ready(status)
-                log.info("ready: %s", status)
-                if self._notifier.watchdog_interval is not None:
-                    self._spawn(self._ping_watchdog(self._notifier.watchdog_interval))
-                await self._stop.wait()
-                self._notifier.stopping()
-                log.info("stopping: removing sockets")
-            finally:
-                await self._shut_down(loop)
+        await self._place.plan(self._initial)
+        try:
+            await self._control.start()
+            self._install_signal_handlers(loop)
+            # Reloads wait too: nothing is served before the agent has its place.
+            async with self._reload_lock:
+                if not await self._place.take(self._stop):
+                    return
+            if self._place.alone:
+                remove_stale_sockets(directory)
+            else:  # the sockets there are the other instance's
+                make_subdirectory(directory)
+            # Before any plugin registers: a listen address in use ends the start at once.
+            self._start_exposition()
+            self._reconciler.watch_directories()
+            self._watch_config()
+            self._watcher.start()
+            # Under the reload lock, as every apply: a probe's first check may end
+            # meanwhile, and its change of health is advertised once this is done.
+            async with self._reload_lock:
+                _, failures = await self._apply(self._initial)
+            if failures:
+                raise StartError("; ".join(failures))
+            self._observer.config_applied(APPLIED, initial=True)
+            status = self._status()
+            self._notifier.ready(status)
+            log.info("ready: %s", status)
+            if self._notifier.watchdog_interval is not None:
+                self._spawn(self._ping_watchdog(self._notifier.watchdog_interval))
+            await self._stop.wait()
+            self._notifier.stopping()
+            log.info("stopping: removing sockets")
+        finally:
+            await self._shut_down(loop)
+            self._place.release()
 
     def _start_exposition(self) -> None:
         if self._exposition is None:
@@ -167,6 +180,14 @@ class Agent:
             log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
             self._observer.config_applied(REJECTED, initial=False)
             return False, str(error)
+        problem, taken = self._place.admit(config)
+        if taken:
+            remove_stale_sockets(self._config.agent.device_plugin_dir)
+        if problem is not None:
+            self._last_error = problem
+            log.error("reload (%s) refused, the previous configuration stays: %s", trigger, problem)
+            self._observer.config_applied(REJECTED, initial=False)
+            return False, problem
         diff, failures = await self._apply(config)
         self._last_error = "; ".join(failures) or None
         self._observer.config_applied(FAILED if failures else APPLIED, initial=False)
@@ -217,7 +238,13 @@ class Agent:
     async def _apply_dra(self, config: Config, health: Mapping[str, TokenHealth]) -> list[str]:
         resources = config.advertised_by(DRA).resources
         if resources and self._dra is None:
-            driver = DraDriver(config.dra, config.kubernetes, self._observer, self._publish_status)
+            driver = DraDriver(
+                config.dra,
+                config.kubernetes,
+                self._observer,
+                self._publish_status,
+                self._place.dra_instance,
+            )
             try:
                 await driver.start()
             except (OSError, RuntimeError) as error:
@@ -303,7 +330,13 @@ class Agent:
             str(layout.directory), "subdirectory" if layout.subdirectory else "top-level"
         )
         return StatusReport(
-            self._status(), str(socket), problem, tuple(resources), sockets, dra_report(dra)
+            self._status(),
+            str(socket),
+            problem,
+            tuple(resources),
+            sockets,
+            dra_report(dra),
+            self._place.report(),
         )
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -360,7 +393,8 @@ class Agent:
         if self._exposition is not None:
             await self._exposition.close()
         await self._reconciler.close()
-        remove_subdirectory(self._config.agent.device_plugin_dir)
+        if self._place.alone:
+            remove_subdirectory(self._config.agent.device_plugin_dir)
         if self._dra is not None:
             await self._dra.close()
         if self._advertiser is not None:

@@ -147,3 +147,15 @@ class NodeClient(ApiClient):
 
 def _node_path(name: str) -> str:
     return f"/api/v1/nodes/{quote(name, safe='')}"
+
+
+_KUBELET_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?")
+
+
+def kubelet_version(client: ApiClient, name: str) -> tuple[str, tuple[int, int] | None]:
+    """What the Node's kubelet says it is (``status.nodeInfo.kubeletVersion``, "v1.36.2") and
+    its (major, minor), None when that is not a version. KubeError if the Node cannot be read."""
+    node = client.get(_node_path(name))
+    text = str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or "")
+    match = _KUBELET_VERSION.fullmatch(text)
+    return text, None if match is None else (int(match[1]), int(match[2]))

@@ -25,7 +25,12 @@ from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import DraSettings, KubernetesSettings, ResourceSpec
 from token_resource.dra.health import HealthService
 from token_resource.dra.prepared import PreparedClaim, PreparedClaims
-from token_resource.dra.registration import Registration, RegistrationServer
+from token_resource.dra.registration import (
+    Registration,
+    RegistrationServer,
+    remove_dead_sockets,
+    socket_paths,
+)
 from token_resource.dra.service import DraService
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.observe.observer import Observer
@@ -53,16 +58,19 @@ class DraDriver:
         kubernetes: KubernetesSettings,
         observer: Observer,
         on_change: Callable[[], None],
+        instance: str | None = None,
     ) -> None:
+        """``instance``: the ID to name the sockets after when another instance of the agent
+        may serve the driver at the same time (see dra.registration); None when alone."""
         self._settings = settings
         self._kubernetes = kubernetes
         self._on_change = on_change
         self._resources: Mapping[str, ResourceSpec] = {}
         self._prepared = PreparedClaims(settings.driver_dir)
         self._publisher = SlicePublisher(kubernetes, settings.driver, on_change)
-        self._service_socket = settings.service_socket
+        registration_socket, self._service_socket = socket_paths(settings, instance)
         self._registration = RegistrationServer(
-            settings.registration_socket,
+            registration_socket,
             Registration(settings.driver, self._service_socket, self._publisher.resync, on_change),
         )
         self._service = DraService(
@@ -79,10 +87,11 @@ class DraDriver:
 
     async def start(self) -> None:
         """Serve the DRA service, then register it with the kubelet."""
+        remove_dead_sockets(self._settings)
         self._prepared.load()
         if self._prepared:
             log.info("DRA: %d claim(s) prepared by an earlier run", len(self._prepared))
-            self._service.restore_specs()
+            await self._service.restore_specs()
         self._service_socket.parent.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server()
         server.add_generic_rpc_handlers(

@@ -2,15 +2,20 @@
 and an agent restart must change nothing for running pods.
 
 One JSON file in the driver's directory, rewritten atomically after every change; keyed by
-claim UID, as the kubelet's calls are.
+claim UID, as the kubelet's calls are. Two instances of the agent may share it during a
+rollout: every change is made under a flock of ``serialize.lock`` beside it (the file the
+Kubernetes plugin helper locks to serialize its instances), from the file as read under it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import fcntl
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 STATE_FILE = "prepared.json"
+LOCK_FILE = "serialize.lock"
+# How often a lock held by the other instance is tried again (held for a file write, so briefly).
+_LOCK_POLL_SECONDS = 0.005
 _FORMAT = 1
 
 
@@ -45,7 +53,31 @@ class PreparedClaims(Mapping[str, PreparedClaim]):
 
     def __init__(self, directory: Path) -> None:
         self._path = directory / STATE_FILE
+        self._lock_path = directory / LOCK_FILE
         self._claims: dict[str, PreparedClaim] = {}
+        # Made on first use, inside the event loop (Python 3.9 binds a lock to a loop).
+        self._local: asyncio.Lock | None = None
+
+    @contextlib.asynccontextmanager
+    async def changing(self) -> AsyncIterator[None]:
+        """Hold the claims for a change, alone among this agent's calls and other instances',
+        with what is on disk now. Polled: a flock blocked in a thread would outlive a stop."""
+        if self._local is None:
+            self._local = asyncio.Lock()
+        async with self._local:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        await asyncio.sleep(_LOCK_POLL_SECONDS)
+                self.load()
+                yield
+            finally:
+                os.close(fd)
 
     def load(self) -> None:
         """Read what an earlier run prepared; a missing file is none, a broken one is logged

@@ -6,12 +6,18 @@ plugin, the driver's name, the service socket, both service versions) and answer
 NotifyRegistrationStatus. A kubelet that starts (or restarts) does this again for every socket
 there, which also tells the agent that the kubelet may have wiped the node's slices. Removing
 the socket deregisters the driver.
+
+An agent that may run beside another instance of itself (a DaemonSet rolling with maxSurge, on
+a 1.33+ kubelet, which keeps several plugins per driver and calls the newest connected one)
+names both sockets after its instance, so that neither removes the other's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +25,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from token_resource.config.model import DraSettings
 from token_resource.protocol import pluginregistration_pb2 as pb
 from token_resource.protocol.dra import SUPPORTED_VERSIONS
 from token_resource.protocol.pluginregistration import DRA_PLUGIN_TYPE, registration_handler
@@ -27,6 +34,57 @@ log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _STOP_GRACE_SECONDS = 1.0
+# A unix socket's path must fit sun_path: 108 bytes with the terminating NUL.
+_MAX_SOCKET_PATH = 107
+
+
+def socket_paths(settings: DraSettings, instance: str | None) -> tuple[Path, Path]:
+    """(registration socket, service socket): the fixed names of a driver that runs alone, or
+    an instance's own, as the Kubernetes plugin helper names them (``<driver>-<instance>-
+    reg.sock``, ``dra-<instance>.sock``), with the instance hashed where a path would not fit."""
+    if instance is None:
+        return settings.registration_socket, settings.service_socket
+
+    def named(directory: Path, template: str) -> Path:
+        path = directory / template.format(instance)
+        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            path = directory / template.format(hashlib.sha256(instance.encode()).hexdigest()[:16])
+        return path
+
+    return (
+        named(settings.plugins_registry_dir, settings.driver + "-{}-reg.sock"),
+        named(settings.driver_dir, "dra-{}.sock"),
+    )
+
+
+def remove_dead_sockets(settings: DraSettings) -> list[Path]:
+    """Remove the driver's sockets, of any instance, that nobody listens on any more (an agent
+    killed before it could remove them): the kubelet would keep a plugin for each."""
+    candidates = [
+        *settings.plugins_registry_dir.glob(f"{settings.driver}-reg.sock"),
+        *settings.plugins_registry_dir.glob(f"{settings.driver}-*-reg.sock"),
+        *settings.driver_dir.glob("dra.sock"),
+        *settings.driver_dir.glob("dra-*.sock"),
+    ]
+    removed = [path for path in candidates if _refuses(path)]
+    for path in removed:
+        path.unlink(missing_ok=True)
+        log.info("removed %s: nobody serves it any more", path)
+    return removed
+
+
+def _refuses(path: Path) -> bool:
+    if not path.is_socket():
+        return False  # connect() is refused for other files too
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False  # not a socket, or not ours to judge
+    return False
 
 
 class Registration:

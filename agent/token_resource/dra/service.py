@@ -64,16 +64,20 @@ class DraService:
         # A claim being prepared: a second call for it (the kubelet retrying) waits for it.
         self._preparing: dict[str, asyncio.Future[PreparedClaim]] = {}
 
-    def restore_specs(self) -> None:
+    async def restore_specs(self) -> None:
         """Write the CDI spec of every claim prepared by an earlier run, as this version writes
         it; a spec that cannot be written is logged, and written again if the kubelet asks."""
-        for uid, claim in self._prepared.items():
-            try:
-                self._write_spec(uid, claim.devices)
-            except OSError as error:
-                log.error(
-                    "claim %s/%s: cannot write its CDI spec: %s", claim.namespace, claim.name, error
-                )
+        async with self._prepared.changing():
+            for uid, claim in self._prepared.items():
+                try:
+                    self._write_spec(uid, claim.devices)
+                except OSError as error:
+                    log.error(
+                        "claim %s/%s: cannot write its CDI spec: %s",
+                        claim.namespace,
+                        claim.name,
+                        error,
+                    )
 
     async def NodePrepareResources(
         self, request: pb.NodePrepareResourcesRequest, context: Context
@@ -107,20 +111,21 @@ class DraService:
         self, request: pb.NodeUnprepareResourcesRequest, context: Context
     ) -> pb.NodeUnprepareResourcesResponse:
         response = pb.NodeUnprepareResourcesResponse()
-        for claim in request.claims:
-            answer = response.claims[claim.uid]
-            try:
-                remove_spec(self._cdi_dir, self._driver, claim.uid)
-                released = self._prepared.remove(claim.uid)
-            except OSError as error:
-                answer.error = f"cannot release claim {claim.namespace}/{claim.name}: {error}"
-                self._observer.claim_unprepared(ok=False)
-                continue
-            self._observer.claim_unprepared(ok=True)
-            if released is not None:
-                tokens = ", ".join(device.device for device in released.devices)
-                log.info("claim %s/%s released: %s", claim.namespace, claim.name, tokens or "-")
-                self._on_change()
+        async with self._prepared.changing():
+            for claim in request.claims:
+                answer = response.claims[claim.uid]
+                try:
+                    remove_spec(self._cdi_dir, self._driver, claim.uid)
+                    released = self._prepared.remove(claim.uid)
+                except OSError as error:
+                    answer.error = f"cannot release claim {claim.namespace}/{claim.name}: {error}"
+                    self._observer.claim_unprepared(ok=False)
+                    continue
+                self._observer.claim_unprepared(ok=True)
+                if released is not None:
+                    tokens = ", ".join(device.device for device in released.devices)
+                    log.info("claim %s/%s released: %s", claim.namespace, claim.name, tokens or "-")
+                    self._on_change()
         return response
 
     async def _prepare_once(self, namespace: str, name: str, uid: str) -> PreparedClaim:
@@ -138,21 +143,33 @@ class DraService:
                 task.add_done_callback(lambda _: self._preparing.pop(uid, None))
 
     async def _prepare(self, namespace: str, name: str, uid: str) -> PreparedClaim:
-        known = self._prepared.get(uid)
+        async with self._prepared.changing():
+            known = self._known(uid)
         if known is not None:
-            self._write_spec(known.uid, known.devices)
             return known
         claim = await self._read_claim(namespace, name, uid)
         devices = self._devices(claim)
-        cdi_ids = self._write_spec(uid, devices)
-        prepared = PreparedClaim(
-            namespace, name, uid, claim.pods, tuple(_with_cdi(devices, cdi_ids))
-        )
-        self._prepared.add(prepared)
+        async with self._prepared.changing():
+            # The other instance of a rollout may have prepared it meanwhile.
+            known = self._known(uid)
+            if known is not None:
+                return known
+            cdi_ids = self._write_spec(uid, devices)
+            prepared = PreparedClaim(
+                namespace, name, uid, claim.pods, tuple(_with_cdi(devices, cdi_ids))
+            )
+            self._prepared.add(prepared)
         tokens = ", ".join(f"{device.resource} {device.device}" for device in devices)
         log.info("claim %s/%s prepared: %s", namespace, name, tokens or "no devices of ours")
         self._on_change()
         return prepared
+
+    def _known(self, uid: str) -> PreparedClaim | None:
+        """The claim as prepared before, its spec written again (/var/run empties at a reboot)."""
+        known = self._prepared.get(uid)
+        if known is not None:
+            self._write_spec(known.uid, known.devices)
+        return known
 
     def _devices(self, claim: Claim) -> list[PreparedDevice]:
         pools = self._pools()

@@ -8,10 +8,11 @@ a flock on it holds across mount namespaces (a bind-mounted directory is the sam
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 PROC_LOCKS = Path("/proc/locks")
@@ -21,23 +22,63 @@ class LockError(Exception):
     """Another agent holds the directory."""
 
 
-@contextlib.contextmanager
-def directory_lock(directory: Path) -> Iterator[None]:
-    """Hold an exclusive flock on ``directory`` itself; the kernel releases it however the
-    process ends. Nothing is created in the directory."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
+class DirectoryLock:
+    """An exclusive flock on ``directory`` itself; the kernel releases it however the process
+    ends. Nothing is created in the directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock now, or raise LockError naming the agent that holds it."""
+        if self._fd is not None:
+            return
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = lock_holder(os.fstat(fd))
+            os.close(fd)
             raise LockError(
                 f"another token-resource agent (pid {holder or 'unknown'}) "
-                f"is already serving {directory}"
+                f"is already serving {self.directory}"
             ) from None
+        self._fd = fd
+
+    async def wait(self, on_wait: Callable[[str], None], poll: float = 0.2) -> None:
+        """Take the lock once its holder is gone, telling ``on_wait`` once who is awaited.
+        Polled (a blocked flock would hold a thread that a stop cannot end)."""
+        told = False
+        while True:
+            try:
+                self.acquire()
+                return
+            except LockError as error:
+                if not told:
+                    on_wait(str(error))
+                    told = True
+            await asyncio.sleep(poll)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def directory_lock(directory: Path) -> Iterator[None]:
+    """Hold the lock of ``directory`` for the block (LockError if another agent has it)."""
+    lock = DirectoryLock(directory)
+    lock.acquire()
+    try:
         yield
     finally:
-        os.close(fd)
+        lock.release()
 
 
 def lock_holder(stat: os.stat_result, proc_locks: Path | None = None) -> int | None:

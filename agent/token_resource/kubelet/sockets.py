@@ -109,8 +109,7 @@ def remove_stale_sockets(directory: Path) -> list[str]:
     """Remove the sockets an earlier run left behind, in both layouts (a restart may follow a
     fallback), and make the agent's subdirectory. Only call while holding the agent lock."""
     removed = [path for path in sorted(directory.iterdir()) if is_agent_socket(path)]
-    subdirectory = directory / SUBDIRECTORY
-    subdirectory.mkdir(mode=SUBDIRECTORY_MODE, exist_ok=True)
+    subdirectory = make_subdirectory(directory)
     removed += [path for path in sorted(subdirectory.iterdir()) if _is_socket(path)]
     for path in removed:
         path.unlink(missing_ok=True)
@@ -118,6 +117,13 @@ def remove_stale_sockets(directory: Path) -> list[str]:
         names = ", ".join(str(path.relative_to(directory)) for path in removed)
         log.info("removed %d stale socket(s) of an earlier run: %s", len(removed), names)
     return [str(path.relative_to(directory)) for path in removed]
+
+
+def make_subdirectory(directory: Path) -> Path:
+    """The agent's subdirectory, made if missing (watched before any plugin is served)."""
+    subdirectory = directory / SUBDIRECTORY
+    subdirectory.mkdir(mode=SUBDIRECTORY_MODE, exist_ok=True)
+    return subdirectory
 
 
 def remove_subdirectory(directory: Path) -> None:

@@ -129,6 +129,17 @@ class PluginSockets:
 
 
 @dataclass(frozen=True)
+class InstanceReport:
+    """Whether the agent may serve beside another instance of itself (a rollout), and why."""
+
+    instance: str | None
+    beside: bool
+    reason: str
+    # The holder of the node's lock that this agent waits for; None once it is alone.
+    waiting_for: str | None
+
+
+@dataclass(frozen=True)
 class StatusReport:
     summary: str  # the STATUS= line
     pod_resources_socket: str
@@ -137,10 +148,12 @@ class StatusReport:
     resources: tuple[ResourceReport, ...]
     plugin_sockets: PluginSockets | None = None
     dra: DraReport | None = None
+    instance: InstanceReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "summary": self.summary,
+            "instance": None if self.instance is None else asdict(self.instance),
             "plugin_sockets": None if self.plugin_sockets is None else asdict(self.plugin_sockets),
             "dra": None if self.dra is None else asdict(self.dra),
             "pod_resources": {
@@ -154,6 +167,11 @@ class StatusReport:
 def render_text(report: Mapping[str, Any]) -> str:
     """The report (as ``to_json`` gives it) for people: the status line, then per resource."""
     lines = [report["summary"]]
+    instance = report.get("instance")  # absent in the answers of older agents
+    if instance is not None and instance["instance"] is not None:
+        lines.append(f"instance {instance['instance']}: {instance['reason']}")
+        if instance["waiting_for"] is not None:
+            lines.append(f"  waiting to serve until it is alone: {instance['waiting_for']}")
     error = report["pod_resources"]["error"]
     if error is not None:
         lines.append(f"who holds the tokens: unknown: {error}")
