@@ -5,6 +5,7 @@ stand-in (the Node says which kubelet it has)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from tests.test_dra import (
     status_json,
 )
 from tests.test_kubelet_dra import access
+from token_resource.host.lock import DirectoryLock
 
 # The DRA tests' fixtures: the kubelet's and CDI directories, the API-server stand-in.
 dirs, apiserver = test_dra.dirs, test_dra.apiserver
@@ -220,3 +222,43 @@ def test_an_instance_that_must_be_alone_waits_for_the_other_to_leave(
         assert status_json(new)["instance"]["waiting_for"] is None
         # The claim the old one prepared is the new one's to release.
         assert kubelet.unprepare(DRIVER, [claim]).error is None
+
+
+def test_an_instance_beside_another_takes_a_device_plugin_resource_only_once_alone(
+    agents: list[AgentProcess],
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    tmp_path: Path,
+) -> None:
+    agent = agents[1]
+    kubeconfig = kubeconfig_of(apiserver, tmp_path)
+    with rollout_kubelet(dirs, apiserver, ("v1.DRAPlugin", "v1beta1.DRAPlugin")) as kubelet:
+        agent.write_config(config(dirs, kubeconfig, dra_resource(4)))
+        agent.start(env={INSTANCE: NEW_POD})
+        kubelet.wait_for(lambda view: len(plugins(view)) == 1, timeout=TIMEOUT)
+        assert status_json(agent)["instance"]["beside"] is True
+        # Another agent holds the node (here the test itself, in its place).
+        other = DirectoryLock(dirs["dp"])
+        other.acquire()
+        try:
+            seat = '[resources]\n"example.com/seat" = 2\n'
+            agent.write_config(config(dirs, kubeconfig, seat + dra_resource(4)), atomic=True)
+            result = agent.cli("reload")
+            assert result.returncode == 1
+            assert "example.com/seat is not served by DRA, which needs the agent alone" in (
+                result.stderr
+            )
+            assert f"(pid {os.getpid()})" in result.stderr
+            assert "example.com/seat" not in kubelet.snapshot().resources
+        finally:
+            other.release()
+        result = agent.cli("reload")
+        assert result.returncode == 0, result.stderr
+        kubelet.wait_for(
+            lambda view: (
+                "example.com/seat" in view.resources
+                and view.resources["example.com/seat"].allocatable == 2
+            ),
+            timeout=TIMEOUT,
+        )
+        assert len(plugins(kubelet.snapshot())) == 1  # DRA went on as it was
