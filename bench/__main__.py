@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 from bench.dra import dra_section
+from bench.dra_start import dra_start_section
 from bench.floor import floor_section
 from bench.health import health_section
 from bench.probe_idle import probe_idle_section
@@ -54,6 +55,7 @@ NAMES = (
     "idle",
     "health",
     "probe-idle",
+    "dra-start",
     "large",
     "compare",
 )
@@ -62,6 +64,7 @@ NAMES = (
 SECTIONS: dict[str, Callable[[Scale], Section]] = {
     "restart": restart_section,
     "dra": dra_section,
+    "dra-start": dra_start_section,
     "allocate": allocation_section,
     "reloads": reloads_section,
     "idle": idle_section,
