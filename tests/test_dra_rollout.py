@@ -216,6 +216,11 @@ def test_an_instance_that_must_be_alone_waits_for_the_other_to_leave(
 
         claim = claim_id(allocate(apiserver, "web-1", "token-1"))
         assert kubelet.prepare(DRIVER, [claim]).error is None
+        # A waiting instance stopped (the rollout undone) leaves at once, touching nothing.
+        assert new.stop() == 0
+        assert sorted(p.name for p in dirs["reg"].iterdir()) == [f"{DRIVER}-reg.sock"]
+        new.start(env={INSTANCE: NEW_POD}, wait_ready=False)
+        new.wait_for_log("waiting for the other instance to leave")
         assert old.stop() == 0
         kubelet.wait_for(lambda view: len(plugins(view)) == 1, timeout=TIMEOUT)
         new.notify.wait_for(lambda lines: "READY=1" in lines)
