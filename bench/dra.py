@@ -199,6 +199,7 @@ def dra_section(scale: Scale) -> Section:
         "A new claim's prepare reads the claim from the API server and writes its CDI spec; a "
         "repeat (the kubelet asking again) is answered from the prepared-claims record. Each "
         "pool is one ResourceSlice here (4 tokens). The agent's CPU is its threads' time on a CPU "
-        "(schedstat) over the call."
+        "(schedstat) over the call. The first new claim makes the agent's connection for claim "
+        "reads (a TLS handshake): it is the maximum; the others reuse it."
     )
     return section
