@@ -499,6 +499,14 @@ def test_unauthenticated_is_401(apiserver: ApiServerStandin, token: str | None) 
     assert apiserver.snapshot().extended(NODE) == {}
 
 
+def test_a_removed_token_is_401_from_then_on(apiserver: ApiServerStandin) -> None:
+    apiserver.add_token("expiring")
+    client = Client(apiserver, token="expiring")
+    assert client.get()[0] == 200
+    apiserver.remove_token("expiring")
+    assert_status(client.get(), 401, "Unauthorized")
+
+
 def test_basic_auth_is_not_a_token(apiserver: ApiServerStandin) -> None:
     client = Client(apiserver)
     credentials = base64.b64encode(b"admin:" + GOOD_TOKEN.encode()).decode()
@@ -572,6 +580,25 @@ def test_tls_refuses_a_certificate_from_another_ca(apiserver: ApiServerStandin) 
         client.get()
     apiserver.wait_for(lambda view: len(view.tls_failures) == 1, TIMEOUT)
     assert apiserver.requests == ()
+
+
+def test_connections_are_counted_and_each_request_names_its_own(
+    apiserver: ApiServerStandin,
+) -> None:
+    kept = Client(apiserver, token=GOOD_TOKEN)
+    assert [kept.get()[0], kept.get()[0]] == [200, 200]  # keep-alive: one connection
+    assert Client(apiserver, token=GOOD_TOKEN).get()[0] == 200
+    view = apiserver.snapshot()
+    assert view.connections == 2
+    assert [request.connection for request in view.requests] == [1, 1, 2]
+    # Cut, as an idle connection is: the kept one fails once, a new one is the third.
+    apiserver.drop_connections()
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+        kept.get()
+    kept.close()
+    assert kept.get()[0] == 200
+    view = apiserver.snapshot()
+    assert (view.connections, view.requests[-1].connection) == (3, 3)
 
 
 def test_server_certificate_names_localhost(apiserver: ApiServerStandin) -> None:

@@ -176,6 +176,18 @@ def test_metrics_need_prometheus_client_only_when_configured(
     assert (imported.returncode, imported.stderr) == (0, ""), imported
 
 
+def test_a_kubeconfig_needs_pyyaml_named_by_its_packages_and_extra(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\n")
+    args = ["node-status", "--config", str(tmp_path / "none.toml"), "--kubeconfig"]
+    result = without(["yaml"], [*args, str(kubeconfig), "--node", "node-a", "show"])
+    assert (result.returncode, result.stdout) == (1, ""), result
+    assert result.stderr.splitlines() == [
+        "token-resource node-status: node node-a: reading a kubeconfig needs PyYAML: install "
+        "python3-yaml (Debian), python3-pyyaml (Fedora/RHEL) or token-resource[kubernetes]"
+    ]
+
+
 def test_check_without_sdnotify_under_systemd(configs: dict[str, Path], socket_dir: Path) -> None:
     notify = str(socket_dir / "notify.sock")
     valid = without(

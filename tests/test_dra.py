@@ -296,6 +296,67 @@ def claim_reads(apiserver: ApiServerStandin) -> list[Any]:
     ]
 
 
+def test_claims_are_read_over_one_kept_connection_made_anew_when_cut_or_reconfigured(
+    serving: AgentProcess,
+    dirs: dict[str, Path],
+    kubelet: KubeletStandin,
+    apiserver: ApiServerStandin,
+    tmp_path: Path,
+) -> None:
+    def prepare(pod: str) -> None:
+        claim = claim_id(allocate(apiserver, pod, "token-0"))
+        assert kubelet.prepare(DRIVER, [claim]).claims[claim[1]].error == ""
+        assert kubelet.unprepare(DRIVER, [claim]).claims[claim[1]].error == ""
+
+    for pod in ("web-0", "web-1", "web-2"):
+        prepare(pod)
+    # Cut as an idle connection is, then a restart of the API server: the read on the kept
+    # connection fails and is made again on a new one, once; so is the first after a reload
+    # that names other credentials.
+    apiserver.drop_connections()
+    prepare("web-3")
+    apiserver.stop()
+    apiserver.start()
+    prepare("web-4")
+    other = apiserver.write_kubeconfig(
+        tmp_path / "other.conf", identity=apiserver.ca.node_certificate(NODE)
+    )
+    serving.write_config(config(dirs, other, dra_resource(4)))
+    assert serving.cli("reload").returncode == 0
+    prepare("web-5")
+    prepare("web-6")
+    connections = [request.connection for request in claim_reads(apiserver)]
+    assert len(connections) == 7, connections
+    first, cut, restarted, reloaded = connections[0], connections[3], connections[4], connections[5]
+    assert connections == [first] * 3 + [cut, restarted, reloaded, reloaded]
+    assert len({first, cut, restarted, reloaded}) == 4
+
+
+def test_a_claim_refused_as_unauthenticated_on_the_kept_connection_is_read_with_new_credentials(
+    serving: AgentProcess,
+    dirs: dict[str, Path],
+    kubelet: KubeletStandin,
+    apiserver: ApiServerStandin,
+    tmp_path: Path,
+) -> None:
+    # A token that expires and is replaced in the kubeconfig, as a rotated client certificate
+    # or the service account's refreshed token is: the settings stay the same.
+    kubeconfig = tmp_path / "rotated.conf"
+    apiserver.add_token("first")
+    apiserver.write_kubeconfig(kubeconfig, token="first")
+    serving.write_config(config(dirs, kubeconfig, dra_resource(4)))
+    assert serving.cli("reload").returncode == 0
+    claims = [claim_id(allocate(apiserver, pod, "token-0")) for pod in ("web-0", "web-1")]
+    assert kubelet.prepare(DRIVER, [claims[0]]).claims[claims[0][1]].error == ""
+    apiserver.add_token("second")
+    apiserver.write_kubeconfig(kubeconfig, token="second")
+    apiserver.remove_token("first")
+    assert kubelet.prepare(DRIVER, [claims[1]]).claims[claims[1][1]].error == ""
+    reads = [(request.status, request.connection) for request in claim_reads(apiserver)]
+    assert [status for status, _ in reads] == [200, 401, 200]
+    assert reads[0][1] == reads[1][1] != reads[2][1]
+
+
 def test_each_request_of_a_claim_is_a_cdi_device_of_its_own(
     serving: AgentProcess, kubelet: KubeletStandin, apiserver: ApiServerStandin
 ) -> None:

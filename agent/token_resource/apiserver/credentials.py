@@ -64,11 +64,11 @@ def _in_cluster_credentials() -> Credentials:
 
 def _kubeconfig_credentials(path: Path) -> Credentials:
     try:
-        import yaml  # noqa: PLC0415 (optional: only node-status resources need it)
+        import yaml  # noqa: PLC0415 (optional: only node-status and DRA resources need it)
     except ImportError:
         raise KubeError(
             "reading a kubeconfig needs PyYAML: install python3-yaml (Debian), "
-            "python3-pyyaml (Fedora/RHEL) or token-resource[node-status]"
+            "python3-pyyaml (Fedora/RHEL) or token-resource[kubernetes]"
         ) from None
     try:
         document = yaml.safe_load(path.read_text())

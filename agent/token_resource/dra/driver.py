@@ -17,9 +17,8 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from token_resource.apiserver.claims import Claim, read_claim
-from token_resource.apiserver.client import ApiClient
-from token_resource.apiserver.credentials import load_credentials, node_name
+from token_resource.apiserver.claims import Claim, ClaimClient
+from token_resource.apiserver.credentials import node_name
 from token_resource.apiserver.publisher import PoolWanted, PublisherState, SlicePublisher
 from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import DraSettings, KubernetesSettings, ResourceSpec
@@ -68,6 +67,7 @@ class DraDriver:
         self._resources: Mapping[str, ResourceSpec] = {}
         self._prepared = PreparedClaims(settings.driver_dir)
         self._publisher = SlicePublisher(kubernetes, settings.driver, on_change)
+        self._claims = ClaimClient()
         registration_socket, self._service_socket = socket_paths(settings, instance)
         self._registration = RegistrationServer(
             registration_socket,
@@ -153,12 +153,11 @@ class DraDriver:
             await server.stop(_STOP_GRACE_SECONDS)
             self._service_socket.unlink(missing_ok=True)
         await self._publisher.close()
+        # In a thread: it waits for a read still under way (stopping the server cancels the
+        # call, not the worker thread that reads).
+        await asyncio.to_thread(self._claims.close)
 
     async def _read_claim(self, namespace: str, name: str, uid: str) -> Claim:
-        settings, driver = self._kubernetes, self._settings.driver
-
-        def read() -> Claim:
-            with ApiClient(load_credentials(settings)) as client:
-                return read_claim(client, namespace, name, uid, driver)
-
-        return await asyncio.to_thread(read)
+        return await asyncio.to_thread(
+            self._claims.read, self._kubernetes, namespace, name, uid, self._settings.driver
+        )

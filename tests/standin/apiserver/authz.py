@@ -141,6 +141,9 @@ class Authorizer:
             granted = None if allowed else ()
         self._tokens[token] = TokenGrant(user, tuple(groups), granted)
 
+    def remove_token(self, token: str) -> None:
+        del self._tokens[token]
+
     def authenticate(
         self, authorization: str | None, peer_cert: Mapping[str, Any] | None
     ) -> Identity:

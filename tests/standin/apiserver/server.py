@@ -104,6 +104,7 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
         self._history = History(watch_history)
         self._requests: list[LoggedRequest] = []
         self._tls_failures: list[str] = []
+        self._connections = 0
         self._failing: tuple[str, str] | None = None  # (method, path) answered with 500
         for name in nodes:
             self.add_node(name)
@@ -161,6 +162,15 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
         server.close_connections()
         server.server_close()  # joins the request threads
 
+    def drop_connections(self) -> None:
+        """Cut every open connection and go on serving, as an API server (or a load balancer
+        before it) does with keep-alive connections left idle: a client sees EOF, or a reset,
+        on its next request over one."""
+        with self._cond:
+            server = self._server
+        if server is not None:
+            server.close_connections()
+
     # --- test hooks ------------------------------------------------------------------------
 
     def add_token(
@@ -175,6 +185,11 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
         those RBAC rules allow, e.g. ``authz.DAEMONSET_RULES``."""
         with self._cond:
             self.authorizer.add_token(token, allowed=allowed, user=user, rules=rules)
+
+    def remove_token(self, token: str) -> None:
+        """Forget a token, as when it expires: requests that bear it get 401 from then on."""
+        with self._cond:
+            self.authorizer.remove_token(token)
 
     def fail_requests(self, method: str, path: str) -> None:
         """Answer every authenticated ``method`` request for ``path`` with 500, as a server
@@ -220,6 +235,7 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
         headers: Mapping[str, str],
         body: bytes,
         peer_cert: Mapping[str, Any] | None,
+        connection: int,
     ) -> Reply:
         url = urlsplit(target)
         content_type = headers.get("content-type")
@@ -247,10 +263,17 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
                     body,
                     copy.deepcopy(reply.body),
                     reply.error,
+                    connection,
                 )
             )
             self._changed(str(self._requests[-1]))
             return reply
+
+    def connected(self) -> int:
+        with self._cond:
+            self._connections += 1
+            self._changed(f"connection {self._connections} accepted")
+            return self._connections
 
     def tls_failed(self, error: str) -> None:
         with self._cond:
@@ -299,6 +322,7 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
             copy.deepcopy(self._objects["resourceclaims"]),
             copy.deepcopy(self._objects["deviceclasses"]),
             copy.deepcopy(self._pods),
+            self._connections,
         )
 
     def _changed(self, event: str) -> None:

@@ -44,6 +44,7 @@ class ApiServerView:
     claims: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # "<ns>/<name>" -> claim
     device_classes: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     pods: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # "<ns>/<name>" -> Pod
+    connections: int = 0  # connections whose TLS handshake completed, across restarts
 
     def annotations(self, node: str) -> dict[str, str]:
         return dict(self.nodes[node]["metadata"].get("annotations") or {})

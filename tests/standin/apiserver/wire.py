@@ -89,6 +89,8 @@ class LoggedRequest:
     body: bytes  # the request body
     response: Any  # the JSON answer (a Node, or a Status for errors)
     error: str | None = None  # why a patch failed, in the library's words (never sent)
+    # The connection it came on: 1 for the first whose TLS handshake completed, and so on.
+    connection: int = 0
 
     def json(self) -> Any:
         """The request body as JSON."""
@@ -119,7 +121,12 @@ class Handles(Protocol):
         headers: Mapping[str, str],
         body: bytes,
         peer_cert: Mapping[str, Any] | None,
+        connection: int,
     ) -> Reply: ...
+
+    def connected(self) -> int:
+        """A connection's handshake completed: its number."""
+        ...
 
     def tls_failed(self, error: str) -> None: ...
 
@@ -180,6 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (ssl.SSLError, OSError) as error:
             self.server.standin.tls_failed(f"{self.client_address[0]}: {error}")
             raise
+        self.connection_number = self.server.standin.connected()
         super().setup()
 
     def do_GET(self) -> None:
@@ -206,7 +214,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {key.lower(): value for key, value in self.headers.items()}
         reply = self.server.standin.handle(
-            self.command, self.path, headers, body, self.request.getpeercert()
+            self.command,
+            self.path,
+            headers,
+            body,
+            self.request.getpeercert(),
+            self.connection_number,
         )
         self._send(reply)
 
