@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.standin.apiserver import ApiServerStandin
+from tests.standin.apiserver.certificates import CertificateAuthority
 from tests.system import harness
 from tests.system.ansible_fleet import ANSIBLE_DIR, ansible_env, ansible_venv, missing_tools
 from tests.system.conftest import (
@@ -162,6 +164,28 @@ def test_install_runs_on_its_own_libraries_not_debian_11s(node: AgentNode) -> No
     assert "/usr/lib/python3/dist-packages/" not in maps, maps
     # Byte-compiled by the postinst (the agent cannot write under ProtectSystem=strict).
     assert node.exec(["test", "-d", f"{PRIVATE}/grpc/__pycache__"], check=False).returncode == 0
+
+
+def test_the_bundled_agent_reads_a_kubeconfig(
+    node: AgentNode, ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    """PyYAML comes with the package (Debian 11's python3-yaml is hidden from it, as every
+    dist-package is): node-status and DRA resources read the kubelet's kubeconfig."""
+    absent = ApiServerStandin(ca, port=9)
+    kubeconfig = absent.write_kubeconfig(
+        tmp_path / "kubelet.conf", identity=ca.node_certificate("node-a")
+    )
+    node.write("/run/kubelet.conf", kubeconfig.read_text())
+    try:
+        result = node.exec(
+            ["token-resource", "node-status", "--kubeconfig", "/run/kubelet.conf", "show"],
+            check=False,
+        )
+    finally:
+        node.exec(["rm", "-f", "/run/kubelet.conf"])
+    assert result.returncode == 1
+    # The file was read: its server was tried (nobody listens there).
+    assert "API server https://127.0.0.1:9 unreachable" in result.stderr, result.stderr
 
 
 def test_unit_enabled_active_and_kubelet_sees_every_resource(node: AgentNode) -> None:
