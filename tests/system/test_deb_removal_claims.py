@@ -17,6 +17,7 @@ import pytest
 
 from tests.standin.apiserver.certificates import CertificateAuthority
 from tests.standin.apiserver.server import ApiServerStandin
+from tests.system import harness
 from tests.system.node import CONFIG, UNIT, AgentNode, kubelet_unit, wait_for
 from token_resource.dra.prepared import PreparedClaim, PreparedClaims, PreparedDevice
 
@@ -53,6 +54,8 @@ CLAIM = PreparedClaim(
 )
 LISTED = "default/web-1 (claim web-1-tokens)"
 WARNING = "these pods hold DRA claims"
+# As the upgrade and purge tests: on every suite.
+pytestmark = pytest.mark.suites(*harness.SUITES)
 
 
 def prepared_record(tmp_path: Path) -> str:
