@@ -529,6 +529,43 @@ def test_another_nodes_credentials_are_refused_and_said_so(
     apiserver.wait_for(pool_of(2), timeout=TIMEOUT)
 
 
+def test_a_resource_taken_out_of_the_files_still_has_its_claims_unprepared(
+    serving: AgentProcess,
+    kubelet: KubeletStandin,
+    apiserver: ApiServerStandin,
+    dirs: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    # The DRA service stays while the agent runs: a pod deleted after its resource went from
+    # the files is released at once (on a real 1.36.2 node, 0.2 s after the deletion), where a
+    # stopped driver leaves it Terminating.
+    claim = claim_id(allocate(apiserver, "web-1", "token-2"))
+    namespace, uid, name = claim
+    assert kubelet.prepare(DRIVER, [claim]).error is None
+    spec = dirs["cdi"] / f"{DRIVER}-{uid}.json"
+    state = dirs["plugins"] / DRIVER / "prepared.json"
+    assert spec.exists()
+    other = '[resources]\n"example.com/other" = 1\n'
+    serving.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), other))
+    apiserver.wait_for(lambda view: not view.slices_of(NODE, DRIVER), timeout=TIMEOUT)
+    # No resource report holds the claim now; the driver's list still does, and names its pod.
+    report = status_json(serving)
+    assert [resource["name"] for resource in report["resources"]] == ["example.com/other"]
+    assert report["dra"]["claims"] == [{"namespace": namespace, "name": name, "pods": ["web-1"]}]
+    listed = serving.cli("status", "--prepared-claims")
+    assert (listed.returncode, listed.stdout) == (0, f"default/web-1 (claim {name})\n")
+    # The pod is deleted: the kubelet unprepares its claim.
+    done = kubelet.unprepare(DRIVER, [claim])
+    assert done.error is None
+    assert done.claims[uid].error == ""
+    assert not spec.exists()
+    assert json.loads(state.read_text())["claims"] == {}
+    assert status_json(serving)["dra"]["claims"] == []
+    listed = serving.cli("status", "--prepared-claims")
+    assert (listed.returncode, listed.stdout) == (0, "")
+    kubelet.wait_for(registered, timeout=TIMEOUT)
+
+
 # --- moving a resource between the ways ----------------------------------------------------
 
 

@@ -104,6 +104,9 @@ def test_status_shows_who_holds_the_tokens(
         f"device-plugin sockets: {agent.device_plugin_dir}/token-resource "
         "(kept across kubelet restarts)",
     ], text
+    # Only DRA claims are listed there (the packages' removal warning): none without DRA.
+    claims = agent.cli("status", "--prepared-claims")
+    assert (claims.returncode, claims.stdout, claims.stderr) == (0, "", "")
 
 
 def test_the_status_line_counts_tokens_in_use_once_known(

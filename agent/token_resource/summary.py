@@ -19,6 +19,7 @@ from token_resource.health.monitor import ProbeReport
 from token_resource.kubelet.allocation import Allocation
 from token_resource.kubelet.reconciler import PluginState, PluginSummary
 from token_resource.observe.report import (
+    ClaimReport,
     DraReport,
     HealthReport,
     Holder,
@@ -190,5 +191,6 @@ def dra_report(dra: DraState | None) -> DraReport | None:
         dra.registration_error,
         dra.slices.state,
         dra.slices.reason,
+        tuple(ClaimReport(claim.namespace, claim.name, claim.pods) for claim in dra.prepared),
         dra.slices.taints,
     )

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.packaging.test_removal_warning import CLAIMS, WARNING
+from tests.packaging.test_removal_warning import run as run_with_standin
 from token_resource._compat import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -243,6 +245,25 @@ def test_fallback_scriptlets_do_what_the_systemd_macros_do(package: Package) -> 
     assert run_scriptlet(postun, 1, True, scratch) == ["daemon-reload", f"try-restart {UNIT}"]
     assert run_scriptlet(postun, 0, True, scratch) == ["daemon-reload"]
     assert run_scriptlet(postun, 1, False, scratch) == []
+
+
+def test_the_built_preuninstall_warns_of_pods_holding_dra_claims_on_removal_only(
+    package: Package, tmp_path: Path
+) -> None:
+    # The scriptlet as built (with or without the systemd macros), the agent's command a
+    # stand-in (tests/packaging/test_removal_warning.py) and systemctl one that does nothing.
+    preun = scriptlets(package)["preuninstall"].replace(
+        "/run/systemd/system", str(tmp_path / "no-systemd")
+    )
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    (fakes / "systemctl").write_text("#!/bin/sh\n")
+    (fakes / "systemctl").chmod(0o755)
+    for instances, warning in ((0, WARNING), (1, "")):
+        done, _ = run_with_standin(
+            tmp_path, ["/bin/sh", "-e", "-c", preun, "scriptlet", str(instances)], CLAIMS
+        )
+        assert (done.returncode, done.stderr) == (0, warning), done
 
 
 def test_config_is_noreplace(package: Package) -> None:

@@ -84,8 +84,15 @@ def _parser() -> argparse.ArgumentParser:
             "--timeout", type=float, default=running.RELOAD_TIMEOUT, help="seconds to wait"
         )
         if name == "status":
-            command.add_argument(
+            shown = command.add_mutually_exclusive_group()
+            shown.add_argument(
                 "--json", action="store_true", help="the same as JSON, for scripts and Ansible"
+            )
+            shown.add_argument(
+                "--prepared-claims",
+                action="store_true",
+                help="only the DRA claims prepared on this node, one a line with its pods "
+                "(nothing when there are none)",
             )
 
     classes = commands.add_parser(

@@ -8,7 +8,7 @@ import json
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK
 from token_resource.host import logs
 from token_resource.host.control import ControlError, default_control_socket, request
-from token_resource.observe.report import render_text
+from token_resource.observe.report import render_prepared_claims, render_text
 
 RELOAD_TIMEOUT = 90.0
 
@@ -28,10 +28,17 @@ def status(args: argparse.Namespace) -> int:
     try:
         report = json.loads(answer)
     except ValueError:
-        # An agent from before status reports (a package upgrade not yet restarted it).
-        print(answer)
+        # An agent from before status reports (a package upgrade not yet restarted it), which
+        # had no DRA driver and so no prepared claims.
+        if not args.prepared_claims:
+            print(answer)
         return EXIT_OK
-    print(json.dumps(report, indent=2) if args.json else render_text(report))
+    if args.prepared_claims:
+        claims = render_prepared_claims(report)
+        if claims:
+            print(claims)
+    else:
+        print(json.dumps(report, indent=2) if args.json else render_text(report))
     return EXIT_OK
 
 

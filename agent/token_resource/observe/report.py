@@ -35,6 +35,17 @@ class SliceReport:
 
 
 @dataclass(frozen=True)
+class ClaimReport:
+    """A claim the DRA driver prepared on the node and the pods it is reserved for (their
+    names, in its namespace). Listed whatever its resource: one taken out of the files keeps
+    its claims until the kubelet unprepares them, and has no resource report to hold them."""
+
+    namespace: str
+    name: str
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class DraReport:
     driver: str
     node: str
@@ -43,6 +54,7 @@ class DraReport:
     registration_error: str | None
     slices_state: str  # pending, accepted or failing (the API server)
     slices_error: str | None
+    claims: tuple[ClaimReport, ...]
     # False when the API server drops device taints: unhealthy tokens are left out instead.
     taints: bool = True
 
@@ -193,6 +205,18 @@ def render_text(report: Mapping[str, Any]) -> str:
     dra = report.get("dra")
     if dra is not None:
         lines.append(_describe_dra(dra))
+    return "\n".join(lines)
+
+
+def render_prepared_claims(report: Mapping[str, Any]) -> str:
+    """One line per claim the DRA driver prepared, its pods first: ``default/web-1 (claim
+    web-1-tokens)``. Empty without any (or without a DRA driver)."""
+    dra = report.get("dra")
+    lines = []
+    for claim in dra["claims"] if dra is not None else ():
+        namespace = claim["namespace"]
+        pods = ", ".join(f"{namespace}/{pod}" for pod in claim["pods"]) or f"{namespace}/-"
+        lines.append(f"{pods} (claim {claim['name']})")
     return "\n".join(lines)
 
 
