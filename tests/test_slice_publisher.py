@@ -13,7 +13,8 @@ import pytest
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from token_resource.apiserver import credentials
-from token_resource.apiserver.client import Credentials
+from token_resource.apiserver.client import Credentials, KubeError
+from token_resource.apiserver.keeper import FIRST_RETRY_DELAY
 from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
 from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import KubernetesSettings
@@ -85,3 +86,39 @@ def test_a_kubeconfig_unreadable_as_the_watch_starts_stops_nothing(
             await publisher.close()
 
     asyncio.run(scenario())
+
+
+def test_a_watch_that_keeps_failing_is_tried_again_with_backoff_not_in_a_loop(
+    apiserver: ApiServerStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sync succeeds and every watch is refused (as where RBAC allows list but not
+    watch): the publisher once listed and watched again at once, as fast as the API server
+    answered. Now each round waits, longer each time."""
+    kubeconfig = apiserver.write_kubeconfig(
+        tmp_path / "node.conf", identity=apiserver.ca.node_certificate(NODE)
+    )
+    settings = KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE, resync_seconds=30)
+    attempts: list[float] = []
+
+    def refused(self: object, client: object, path: str, timeout: float) -> object:
+        attempts.append(time.monotonic())
+        raise KubeError('resourceslices is forbidden: cannot "watch"')
+
+    monkeypatch.setattr("token_resource.apiserver.publisher._Opening.open", refused)
+
+    async def scenario() -> None:
+        publisher = SlicePublisher(settings, DRIVER, lambda: None)
+        publisher.apply(settings, DRIVER, {TOKEN: PoolWanted(4)})
+        try:
+            deadline = time.monotonic() + 20
+            while len(attempts) < 3:
+                assert time.monotonic() < deadline, attempts
+                await asyncio.sleep(0.05)
+        finally:
+            await publisher.close()
+
+    asyncio.run(scenario())
+    assert pool_size(apiserver.snapshot()) == 4  # what was wanted got there all the same
+    gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
+    assert gaps[0] >= 0.9 * FIRST_RETRY_DELAY, gaps
+    assert gaps[1] >= 1.8 * FIRST_RETRY_DELAY, gaps

@@ -75,6 +75,9 @@ class Keeper(abc.ABC, Generic[Wanted]):
 
     async def _keep_true(self) -> None:
         delay = FIRST_RETRY_DELAY
+        # Apart from the syncs': a wait for news that keeps failing after good syncs (a watch
+        # refused) must not make a busy loop of list and watch either.
+        quiet_delay = FIRST_RETRY_DELAY
         while True:
             self._wake.clear()
             # A snapshot: want() may change it meanwhile, which wakes the next round.
@@ -102,10 +105,13 @@ class Keeper(abc.ABC, Generic[Wanted]):
                 log.info(
                     "%s: cannot wait for changes, looking again in %g s: %s",
                     self._what,
-                    FIRST_RETRY_DELAY,
+                    quiet_delay,
                     error,
                 )
-                await self._wait_for_wake(FIRST_RETRY_DELAY)
+                await self._wait_for_wake(quiet_delay)
+                quiet_delay = min(quiet_delay * 2, MAX_RETRY_DELAY)
+            else:
+                quiet_delay = FIRST_RETRY_DELAY
 
     def _failed(self, reason: str, retry_in: float) -> None:
         if (self.state, self.reason) != (FAILING, reason):

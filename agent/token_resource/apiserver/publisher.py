@@ -172,9 +172,6 @@ class SlicePublisher(Keeper[Wanted]):
             # open: whichever of the two comes second closes it.
             opening.abandon()
             raise
-        except KubeError as error:
-            log.info("cannot watch the resource slices, looking again: %s", error)
-            return
         changed = asyncio.ensure_future(
             asyncio.to_thread(_until_changed, watch.events(), wanted.driver)
         )
