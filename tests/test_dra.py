@@ -566,6 +566,40 @@ def test_a_resource_taken_out_of_the_files_still_has_its_claims_unprepared(
     kubelet.wait_for(registered, timeout=TIMEOUT)
 
 
+def restart(agent: AgentProcess) -> None:
+    """Start a stopped agent again, and wait for its own READY=1, not its last run's."""
+    mark = len(agent.notify.assignments())
+    agent.start(wait_ready=False)
+    agent.notify.wait_for(lambda lines: "READY=1" in lines[mark:])
+
+
+def test_an_agent_restarted_without_dra_resources_still_serves_its_prepared_claims(
+    serving: AgentProcess,
+    kubelet: KubeletStandin,
+    apiserver: ApiServerStandin,
+    dirs: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    # Restarted (an upgrade, a reboot) after the DRA resource left its files, with a claim
+    # still prepared: the driver comes back for it, else its pod, once deleted, would stay
+    # Terminating. Once nothing is on record, a later start serves no driver.
+    claim = claim_id(allocate(apiserver, "web-1", "token-2"))
+    assert kubelet.prepare(DRIVER, [claim]).error is None
+    other = '[resources]\n"example.com/other" = 1\n'
+    assert serving.stop() == 0
+    serving.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), other))
+    restart(serving)
+    kubelet.wait_for(registered, timeout=TIMEOUT)
+    assert "serving 1 claim(s) prepared before" in serving.log()
+    assert status_json(serving)["dra"]["claims"][0]["name"] == claim[2]
+    assert kubelet.unprepare(DRIVER, [claim]).error is None
+    assert not (dirs["cdi"] / f"{DRIVER}-{claim[1]}.json").exists()
+    assert serving.stop() == 0
+    restart(serving)
+    assert status_json(serving)["dra"] is None
+    assert not list(dirs["reg"].iterdir())
+
+
 # --- moving a resource between the ways ----------------------------------------------------
 
 

@@ -16,12 +16,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from token_resource.apiserver.nodestatus import NodeStatusAdvertiser
-from token_resource.config.diff import ConfigDiff, describe_change, diff_configs
+from token_resource.config.diff import ConfigDiff, describe_diff, diff_configs
 from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_reload
 from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, Config
 from token_resource.config.watch import DISAPPEARED_SETTLE_SECONDS, ConfigPaths
 from token_resource.dra.driver import DraDriver
+from token_resource.dra.prepared import claims_on_record
 from token_resource.health.monitor import HealthMonitor
 from token_resource.health.state import TokenHealth
 from token_resource.host.control import Answer, ControlServer
@@ -191,7 +192,7 @@ class Agent:
         diff, failures = await self._apply(config)
         self._last_error = "; ".join(failures) or None
         self._observer.config_applied(FAILED if failures else APPLIED, initial=False)
-        described = _describe(diff)
+        described = describe_diff(diff)
         log.info("reload (%s): %s", trigger, described)
         if failures:
             return False, "; ".join(failures)
@@ -237,23 +238,24 @@ class Agent:
 
     async def _apply_dra(self, config: Config, health: Mapping[str, TokenHealth]) -> list[str]:
         resources = config.advertised_by(DRA).resources
-        if resources and self._dra is None:
-            driver = DraDriver(
-                config.dra,
-                config.kubernetes,
-                self._observer,
-                self._publish_status,
-                self._place.dra_instance,
-            )
+        if self._dra is None and not resources:
+            left = claims_on_record(config.dra.driver_dir)
+            if not left:
+                return []
+            log.info("DRA driver %s: serving %d claim(s) prepared before", config.dra.driver, left)
+        if self._dra is None:
             try:
-                await driver.start()
+                self._dra = await DraDriver.started(
+                    config.dra,
+                    config.kubernetes,
+                    self._observer,
+                    self._publish_status,
+                    self._place.dra_instance,
+                )
             except (OSError, RuntimeError) as error:
-                await driver.close()
                 log.error("DRA driver %s: cannot serve: %s", config.dra.driver, error)
                 return [f"DRA driver {config.dra.driver}: cannot serve: {error}"]
-            self._dra = driver
-        if self._dra is not None:
-            self._dra.apply(config.kubernetes, resources, health)
+        self._dra.apply(config.kubernetes, resources, health)
         return []
 
     def _watch_config(self, renewed: Path | None = None) -> None:
@@ -414,12 +416,3 @@ async def wind_down(timeout: float) -> None:
     others = asyncio.all_tasks() - {asyncio.current_task()}
     if others:
         await asyncio.wait(others, timeout=timeout)
-
-
-def _describe(diff: ConfigDiff) -> str:
-    parts = [
-        *(f"added {spec.name}={spec.count}" for spec in diff.added),
-        *(f"{new.name} {describe_change(old, new)}" for old, new in diff.changed),
-        *(f"removed {spec.name}" for spec in diff.removed),
-    ]
-    return ", ".join(parts) if parts else "no change"

@@ -69,7 +69,7 @@ WARNING = (
     "token-resource: without the agent the kubelet cannot unprepare these claims: a pod "
     "among them that is deleted stays Terminating until a token-resource DRA driver of the "
     "same name runs on this node again. Install the package again to release them (after a "
-    "purge, with your [dra] settings and a DRA resource); next time, delete such pods "
+    "purge, with your [dra] settings); next time, delete such pods "
     "before removing the package.\n"
 )
 

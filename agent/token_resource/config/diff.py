@@ -67,3 +67,13 @@ def describe_probe(probe: ProbeSpec | None) -> str:
         return "none"
     target = " ".join(probe.target) if isinstance(probe.target, tuple) else probe.target
     return f"{probe.kind} {target} every {probe.interval:g} s"
+
+
+def describe_diff(diff: ConfigDiff) -> str:
+    """What a reload changed, in one line."""
+    parts = [
+        *(f"added {spec.name}={spec.count}" for spec in diff.added),
+        *(f"{new.name} {describe_change(old, new)}" for old, new in diff.changed),
+        *(f"removed {spec.name}" for spec in diff.removed),
+    ]
+    return ", ".join(parts) if parts else "no change"

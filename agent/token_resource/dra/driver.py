@@ -1,6 +1,7 @@
 """The agent as a DRA driver: its servers for the kubelet, and its pools on the API server.
 
-Started when the configuration first has a DRA resource and kept until the agent stops: the
+Started when the configuration first has a DRA resource, or at start while claims prepared
+before are on record (their pods' unprepare needs it), and kept until the agent stops: the
 DRA service socket (``<plugins_dir>/<driver>/dra.sock``) serves NodePrepareResources, the
 registration socket tells the kubelet where it is, and the publisher keeps one pool per DRA
 resource in ResourceSlices. The prepared claims are read from disk, and their CDI specs
@@ -84,6 +85,24 @@ class DraDriver:
         )
         self._health = HealthService(self.pools)
         self._server: grpc.aio.Server | None = None
+
+    @classmethod
+    async def started(
+        cls,
+        settings: DraSettings,
+        kubernetes: KubernetesSettings,
+        observer: Observer,
+        on_change: Callable[[], None],
+        instance: str | None = None,
+    ) -> DraDriver:
+        """A driver serving; OSError or RuntimeError once what it began is closed again."""
+        driver = cls(settings, kubernetes, observer, on_change, instance)
+        try:
+            await driver.start()
+        except (OSError, RuntimeError):
+            await driver.close()
+            raise
+        return driver
 
     async def start(self) -> None:
         """Serve the DRA service, then register it with the kubelet."""

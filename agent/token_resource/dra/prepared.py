@@ -121,6 +121,14 @@ class PreparedClaims(Mapping[str, PreparedClaim]):
         os.replace(temporary, self._path)
 
 
+def claims_on_record(directory: Path) -> int:
+    """How many prepared claims an earlier run left in ``directory``: their pods' unprepare
+    needs the driver, whatever the files say now."""
+    claims = PreparedClaims(directory)
+    claims.load()
+    return len(claims)
+
+
 def _claim(entry: Mapping[str, Any]) -> PreparedClaim:
     return PreparedClaim(
         namespace=str(entry["namespace"]),
