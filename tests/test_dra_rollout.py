@@ -20,6 +20,7 @@ from tests.standin.kubelet_dra import CallResult
 from tests.test_dra import (
     DRIVER,
     NODE,
+    POOL,
     TIMEOUT,
     allocate,
     claim_id,
@@ -267,3 +268,34 @@ def test_an_instance_beside_another_takes_a_device_plugin_resource_only_once_alo
             timeout=TIMEOUT,
         )
         assert len(plugins(kubelet.snapshot())) == 1  # DRA went on as it was
+
+
+def test_the_old_instance_leaves_the_pools_to_the_new_one(
+    agents: list[AgentProcess],
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    tmp_path: Path,
+) -> None:
+    """A rollout that also changes a count: the two instances once rewrote each other's pool
+    about 23 times a second until the old one left (69 generations in 3 s)."""
+    old, new = agents
+    kubeconfig = kubeconfig_of(apiserver, tmp_path)
+    with rollout_kubelet(dirs, apiserver, ("v1.DRAPlugin", "v1beta1.DRAPlugin")) as kubelet:
+        old.write_config(config(dirs, kubeconfig, dra_resource(4)))
+        old.start(env={INSTANCE: OLD_POD})
+        apiserver.wait_for(pool_of(4), timeout=TIMEOUT)
+        new.write_config(config(dirs, kubeconfig, dra_resource(6)))
+        new.start(env={INSTANCE: NEW_POD})
+        apiserver.wait_for(pool_of(6), timeout=TIMEOUT)
+        old.wait_for_log("left to the newer instance")
+        # Both look again (a kubelet restart wipes the node's slices): only the new one writes.
+        kubelet.restart()
+        kubelet.wait_for(lambda view: len(plugins(view)) == 2, timeout=TIMEOUT)
+        view = apiserver.wait_for(pool_of(6), timeout=TIMEOUT)
+        generation = view.pools(NODE, DRIVER)[POOL].generation
+        assert old.stop() == 0
+        kubelet.wait_for(lambda view: len(plugins(view)) == 1, timeout=TIMEOUT)
+        view = apiserver.wait_for(pool_of(6), timeout=TIMEOUT)
+        assert view.pools(NODE, DRIVER)[POOL].generation - generation <= 1
+        writes = [r for r in apiserver.requests if r.method in ("POST", "PUT")]
+        assert len(writes) < 20, writes

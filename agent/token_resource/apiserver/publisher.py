@@ -94,8 +94,19 @@ class PublisherState:
 
 
 class SlicePublisher(Keeper[Wanted]):
-    def __init__(self, settings: KubernetesSettings, driver: str, on_change: Callable[[], None]):
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        driver: str,
+        on_change: Callable[[], None],
+        superseded: Callable[[], str | None] = lambda: None,
+    ):
+        """``superseded()``: what publishes in this one's place (a newer instance of the agent,
+        during a rollout), or None; meanwhile this one only watches, so that two instances
+        with different counts do not rewrite each other's pools."""
         super().__init__("resource slices", Wanted(settings, driver, {}), on_change)
+        self._superseded = superseded
+        self._yielded_to: str | None = None
         # Set once, from the sync's thread, when the API server is seen dropping taints.
         self._taints = True
         # pool name -> the generation last written or found, so generations only grow.
@@ -137,6 +148,14 @@ class SlicePublisher(Keeper[Wanted]):
     def _sync(self, wanted: Wanted) -> None:
         node = node_name(wanted.settings)
         with ApiClient(load_credentials(wanted.settings)) as client:
+            newer = self._superseded()
+            if newer != self._yielded_to:
+                self._yielded_to = newer
+                if newer is not None:
+                    log.info("resource slices: left to the newer instance at %s", newer)
+            if newer is not None:
+                self._list_version = _list(client, node)[1]
+                return
             try:
                 self._list_version = sync_slices(
                     client, node, wanted.driver, self._pools(wanted), self._generations

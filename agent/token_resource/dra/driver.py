@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -28,6 +29,7 @@ from token_resource.dra.prepared import PreparedClaim, PreparedClaims
 from token_resource.dra.registration import (
     Registration,
     RegistrationServer,
+    newer_instance,
     remove_dead_sockets,
     socket_paths,
 )
@@ -67,9 +69,14 @@ class DraDriver:
         self._on_change = on_change
         self._resources: Mapping[str, ResourceSpec] = {}
         self._prepared = PreparedClaims(settings.driver_dir)
-        self._publisher = SlicePublisher(kubernetes, settings.driver, on_change)
-        self._claims = ClaimClient()
         registration_socket, self._service_socket = socket_paths(settings, instance)
+        self._publisher = SlicePublisher(
+            kubernetes,
+            settings.driver,
+            on_change,
+            lambda: None if instance is None else self._newer_instance(registration_socket),
+        )
+        self._claims = ClaimClient()
         self._registration = RegistrationServer(
             registration_socket,
             Registration(settings.driver, self._service_socket, self._publisher.resync, on_change),
@@ -146,6 +153,10 @@ class DraDriver:
         }
         self._publisher.apply(kubernetes, self._settings.driver, pools)
         self._health.set_health(health)
+
+    def _newer_instance(self, own: Path) -> str | None:
+        newer = newer_instance(self._settings, own)
+        return None if newer is None else str(newer)
 
     def pools(self) -> dict[str, ResourceSpec]:
         """Pool name -> the resource it publishes, as configured now."""

@@ -57,12 +57,20 @@ def socket_paths(settings: DraSettings, instance: str | None) -> tuple[Path, Pat
     )
 
 
+def _registrations(settings: DraSettings) -> list[Path]:
+    """The registration sockets of the driver's instances, each one's name or the fixed one."""
+    registry = settings.plugins_registry_dir
+    return [
+        *registry.glob(f"{settings.driver}-reg.sock"),
+        *registry.glob(f"{settings.driver}-*-reg.sock"),
+    ]
+
+
 def remove_dead_sockets(settings: DraSettings) -> list[Path]:
     """Remove the driver's sockets, of any instance, that nobody listens on any more (an agent
     killed before it could remove them): the kubelet would keep a plugin for each."""
     candidates = [
-        *settings.plugins_registry_dir.glob(f"{settings.driver}-reg.sock"),
-        *settings.plugins_registry_dir.glob(f"{settings.driver}-*-reg.sock"),
+        *_registrations(settings),
         *settings.driver_dir.glob("dra.sock"),
         *settings.driver_dir.glob("dra-*.sock"),
     ]
@@ -71,6 +79,23 @@ def remove_dead_sockets(settings: DraSettings) -> list[Path]:
         path.unlink(missing_ok=True)
         log.info("removed %s: nobody serves it any more", path)
     return removed
+
+
+def newer_instance(settings: DraSettings, own: Path) -> Path | None:
+    """A live registration socket of the driver made after ``own``: the kubelet calls the
+    newest instance, and this one is on its way out (a rollout's old pod)."""
+    try:
+        mine = own.lstat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    for path in _registrations(settings):
+        try:
+            newer = path != own and path.lstat().st_mtime_ns > mine
+        except FileNotFoundError:
+            continue
+        if newer and path.is_socket() and not _refuses(path):
+            return path
+    return None
 
 
 def _refuses(path: Path) -> bool:
