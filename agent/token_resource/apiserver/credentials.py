@@ -11,7 +11,6 @@ import base64
 import os
 import socket
 import ssl
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -140,15 +139,17 @@ class _Kubeconfig:
             if certificate_data is None and key_data is None:
                 tls.load_cert_chain(certificate or "", key)
                 return
-            # ssl loads certificates from files only: hand it private, short-lived copies.
-            with tempfile.TemporaryDirectory(prefix="token-resource-") as scratch:
-                chain = Path(scratch) / "client.pem"
-                fd = os.open(chain, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as file:
+            # ssl loads certificates from files only: hand it one in memory, which no disk
+            # holds and no killed process leaves behind (a temporary file did, key and all).
+            fd = os.memfd_create("token-resource-client.pem", os.MFD_CLOEXEC)
+            try:
+                with open(fd, "w", closefd=False) as file:
                     file.write(certificate_data or Path(certificate or "").read_text())
                     file.write("\n")
                     file.write(key_data or Path(key or "").read_text())
-                tls.load_cert_chain(str(chain))
+                tls.load_cert_chain(f"/proc/self/fd/{fd}")
+            finally:
+                os.close(fd)
         except (OSError, ssl.SSLError) as error:
             raise self._error(f"cannot load the client certificate: {error}") from None
 
