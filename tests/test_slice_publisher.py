@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,3 +123,40 @@ def test_a_watch_that_keeps_failing_is_tried_again_with_backoff_not_in_a_loop(
     gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
     assert gaps[0] >= 0.9 * FIRST_RETRY_DELAY, gaps
     assert gaps[1] >= 1.8 * FIRST_RETRY_DELAY, gaps
+
+
+def test_a_stop_while_the_watch_thread_sees_its_close_stops_the_publisher(
+    apiserver: ApiServerStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Woken (something new wanted), the publisher closes its watch and waits for the thread
+    that reads it; a stop right then was swallowed there, and the publisher went on, so that
+    the agent's stop waited up to the next watch's timeout (seen: a stop over 20 s, now and
+    then, in test_dra)."""
+    kubeconfig = apiserver.write_kubeconfig(
+        tmp_path / "node.conf", identity=apiserver.ca.node_certificate(NODE)
+    )
+    settings = KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE, resync_seconds=30)
+    reading, released = threading.Event(), threading.Event()
+
+    def slow_to_see_the_close(events: object, driver: str) -> None:
+        reading.set()
+        released.wait(20)
+
+    monkeypatch.setattr("token_resource.apiserver.publisher._until_changed", slow_to_see_the_close)
+
+    async def scenario() -> None:
+        publisher = SlicePublisher(settings, DRIVER, lambda: None)
+        publisher.apply(settings, DRIVER, {TOKEN: PoolWanted(4)})
+        try:
+            assert await asyncio.to_thread(reading.wait, 20)
+            publisher.resync()  # the watch is closed, its thread not done yet
+            for _ in range(10):
+                await asyncio.sleep(0.01)
+            closing = asyncio.ensure_future(publisher.close())
+            # Not wait_for: its cancellation on timeout would be swallowed the same way.
+            done, _ = await asyncio.wait({closing}, timeout=10)
+            assert closing in done, "the publisher went on after its close()"
+        finally:
+            released.set()
+
+    asyncio.run(scenario())

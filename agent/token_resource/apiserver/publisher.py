@@ -197,13 +197,19 @@ class SlicePublisher(Keeper[Wanted]):
         woken = asyncio.ensure_future(self._wake.wait())
         try:
             await asyncio.wait({changed, woken}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            changed.cancel()  # its thread ends of itself once the watch is closed
+            raise
         finally:
             watch.close()
             woken.cancel()
-            with contextlib.suppress(KubeError, asyncio.CancelledError):
-                reason = await changed
-                if reason:
-                    log.info("resource slices: %s: publishing again", reason)
+        # Not under suppress(CancelledError): a stop that comes while the thread sees the close
+        # must end the publisher (it was swallowed here, and the agent's stop waited for the
+        # next watch's timeout, 40 s).
+        with contextlib.suppress(KubeError):
+            reason = await changed
+            if reason:
+                log.info("resource slices: %s: publishing again", reason)
 
 
 class _Opening:
