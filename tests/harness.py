@@ -127,12 +127,14 @@ class AgentProcess:
             k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")
         }
         environ.update({"NOTIFY_SOCKET": str(self.notify.path), **(env or {})})
+        # This run's READY=1, not an earlier run's (an agent started again after a stop).
+        mark = len(self.notify.assignments())
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [*AGENT_COMMAND, "run", *self._options("run")], stdout=log, stderr=log, env=environ
             )
         if wait_ready:
-            self.notify.wait_for(lambda lines: "READY=1" in lines)
+            self.notify.wait_for(lambda lines: "READY=1" in lines[mark:])
 
     def cli(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run ``token-resource ARGS`` (control-socket and config options added as fitting)."""
