@@ -26,6 +26,8 @@ TOKEN = "example.com/token"
 POOL = f"{NODE}/example.com/token"
 ENV = "TOKEN_RESOURCE_EXAMPLE_COM_TOKEN"
 TIMEOUT = 30.0
+# A configuration whose only resource is not a DRA one.
+NO_DRA_RESOURCE = '[resources]\n"example.com/other" = 1\n'
 
 
 @pytest.fixture
@@ -44,15 +46,22 @@ def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
         yield standin
 
 
-@pytest.fixture
-def kubelet(dirs: dict[str, Path], apiserver: ApiServerStandin) -> Iterator[KubeletStandin]:
-    with KubeletStandin(
+def node_kubelet(
+    dirs: dict[str, Path], apiserver: ApiServerStandin, **options: Any
+) -> KubeletStandin:
+    """The kubelet stand-in of the node, with its DRA directories and credentials."""
+    return KubeletStandin(
         dirs["dp"],
         plugins_registry_dir=dirs["reg"],
         node=NODE,
         apiserver=access(apiserver),
-        deregistration_grace=1.0,
-    ) as standin:
+        **options,
+    )
+
+
+@pytest.fixture
+def kubelet(dirs: dict[str, Path], apiserver: ApiServerStandin) -> Iterator[KubeletStandin]:
+    with node_kubelet(dirs, apiserver, deregistration_grace=1.0) as standin:
         yield standin
 
 
@@ -198,7 +207,7 @@ def test_slices_hold_128_devices_and_a_resize_is_a_new_generation(
     view = apiserver.wait_for(pool_of(100, generation=3), timeout=TIMEOUT)
     assert len(view.slices_of(NODE, DRIVER)) == 1  # the other two deleted
     # Taken out of the files: the pool goes.
-    serving.write_config(config(dirs, kubeconfig, '[resources]\n"example.com/other" = 1\n'))
+    serving.write_config(config(dirs, kubeconfig, NO_DRA_RESOURCE))
     apiserver.wait_for(lambda view: not view.slices_of(NODE, DRIVER), timeout=TIMEOUT)
 
 
@@ -476,13 +485,7 @@ def prepare_calls(kubelet: KubeletStandin) -> int:
 def test_a_v1beta1_kubelet_is_served_v1beta1(
     dra_agent: AgentProcess, dirs: dict[str, Path], apiserver: ApiServerStandin, tmp_path: Path
 ) -> None:
-    with KubeletStandin(
-        dirs["dp"],
-        plugins_registry_dir=dirs["reg"],
-        node=NODE,
-        apiserver=access(apiserver),
-        dra_versions=("v1beta1.DRAPlugin",),
-    ) as kubelet:
+    with node_kubelet(dirs, apiserver, dra_versions=("v1beta1.DRAPlugin",)) as kubelet:
         dra_agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), dra_resource(2)))
         dra_agent.start()
         view = kubelet.wait_for(registered, timeout=TIMEOUT)
@@ -545,8 +548,7 @@ def test_a_resource_taken_out_of_the_files_still_has_its_claims_unprepared(
     spec = dirs["cdi"] / f"{DRIVER}-{uid}.json"
     state = dirs["plugins"] / DRIVER / "prepared.json"
     assert spec.exists()
-    other = '[resources]\n"example.com/other" = 1\n'
-    serving.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), other))
+    serving.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), NO_DRA_RESOURCE))
     apiserver.wait_for(lambda view: not view.slices_of(NODE, DRIVER), timeout=TIMEOUT)
     # No resource report holds the claim now; the driver's list still does, and names its pod.
     report = status_json(serving)
@@ -566,13 +568,6 @@ def test_a_resource_taken_out_of_the_files_still_has_its_claims_unprepared(
     kubelet.wait_for(registered, timeout=TIMEOUT)
 
 
-def restart(agent: AgentProcess) -> None:
-    """Start a stopped agent again, and wait for its own READY=1, not its last run's."""
-    mark = len(agent.notify.assignments())
-    agent.start(wait_ready=False)
-    agent.notify.wait_for(lambda lines: "READY=1" in lines[mark:])
-
-
 def test_an_agent_restarted_without_dra_resources_still_serves_its_prepared_claims(
     serving: AgentProcess,
     kubelet: KubeletStandin,
@@ -585,17 +580,16 @@ def test_an_agent_restarted_without_dra_resources_still_serves_its_prepared_clai
     # Terminating. Once nothing is on record, a later start serves no driver.
     claim = claim_id(allocate(apiserver, "web-1", "token-2"))
     assert kubelet.prepare(DRIVER, [claim]).error is None
-    other = '[resources]\n"example.com/other" = 1\n'
     assert serving.stop() == 0
-    serving.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), other))
-    restart(serving)
+    serving.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), NO_DRA_RESOURCE))
+    serving.start()
     kubelet.wait_for(registered, timeout=TIMEOUT)
     assert "serving 1 claim(s) prepared before" in serving.log()
     assert status_json(serving)["dra"]["claims"][0]["name"] == claim[2]
     assert kubelet.unprepare(DRIVER, [claim]).error is None
     assert not (dirs["cdi"] / f"{DRIVER}-{claim[1]}.json").exists()
     assert serving.stop() == 0
-    restart(serving)
+    serving.start()
     assert status_json(serving)["dra"] is None
     assert not list(dirs["reg"].iterdir())
 

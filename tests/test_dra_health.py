@@ -16,7 +16,6 @@ from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.test_dra import DRIVER, NODE, POOL, TIMEOUT, TOKEN, config, kubeconfig_of, registered
-from tests.test_kubelet_dra import access
 
 # The DRA tests' fixtures: the kubelet's and CDI directories, the kubelet stand-in, the agent.
 dirs, kubelet, dra_agent = test_dra.dirs, test_dra.kubelet, test_dra.dra_agent
@@ -241,13 +240,7 @@ def test_a_137_kubelet_watches_the_v1_health_service_the_agent_lists(
     apiserver: ApiServerStandin,
     tmp_path: Path,
 ) -> None:
-    with KubeletStandin(
-        dirs["dp"],
-        plugins_registry_dir=dirs["reg"],
-        node=NODE,
-        apiserver=access(apiserver),
-        dra_resource_health="1.37",
-    ) as kubelet:
+    with test_dra.node_kubelet(dirs, apiserver, dra_resource_health="1.37") as kubelet:
         start(dra_agent, dirs, apiserver, kubelet, tmp_path, test_dra.dra_resource(2))
         view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:2], "Healthy")), timeout=TIMEOUT)
         assert view.dra is not None

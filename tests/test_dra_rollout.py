@@ -27,10 +27,10 @@ from tests.test_dra import (
     config,
     dra_resource,
     kubeconfig_of,
+    node_kubelet,
     pool_of,
     status_json,
 )
-from tests.test_kubelet_dra import access
 from token_resource.host.lock import DirectoryLock
 
 # The DRA tests' fixtures: the kubelet's and CDI directories, the API-server stand-in.
@@ -100,14 +100,7 @@ def plugins(view: KubeletView) -> list[str]:
 def rollout_kubelet(
     dirs: dict[str, Path], apiserver: ApiServerStandin, versions: tuple[str, ...]
 ) -> KubeletStandin:
-    return KubeletStandin(
-        dirs["dp"],
-        plugins_registry_dir=dirs["reg"],
-        node=NODE,
-        apiserver=access(apiserver),
-        deregistration_grace=1.0,
-        dra_versions=versions,
-    )
+    return node_kubelet(dirs, apiserver, deregistration_grace=1.0, dra_versions=versions)
 
 
 def test_a_rollout_with_two_instances_has_no_gap_and_the_new_one_takes_over_the_claims(

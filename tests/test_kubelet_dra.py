@@ -248,15 +248,20 @@ def test_registration_is_accepted_with_v1_and_calls_reach_the_plugin(
         plugin.stop()
 
 
-def test_a_v1beta1_kubelet_uses_v1beta1(
-    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
-) -> None:
-    with KubeletStandin(
+def v1beta1_kubelet(dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin) -> KubeletStandin:
+    """A kubelet of the 1.32 era: v1beta1 only, one plugin per driver."""
+    return KubeletStandin(
         dirs[0],
         plugins_registry_dir=dirs[1],
         apiserver=access(apiserver),
         dra_versions=("v1beta1.DRAPlugin",),
-    ) as kubelet:
+    )
+
+
+def test_a_v1beta1_kubelet_uses_v1beta1(
+    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
+) -> None:
+    with v1beta1_kubelet(dirs, apiserver) as kubelet:
         plugin = FakeDraPlugin(dirs[1], dirs[2])
         try:
             kubelet.wait_for(registered())
@@ -383,12 +388,7 @@ def test_two_plugins_of_one_driver_calls_go_to_the_newest(
 def test_a_132_kubelet_keeps_one_plugin_per_driver_and_drops_it_when_either_leaves(
     dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
 ) -> None:
-    with KubeletStandin(
-        dirs[0],
-        plugins_registry_dir=dirs[1],
-        apiserver=access(apiserver),
-        dra_versions=("v1beta1.DRAPlugin",),
-    ) as kubelet:
+    with v1beta1_kubelet(dirs, apiserver) as kubelet:
         old = FakeDraPlugin(dirs[1], dirs[2], name="old.sock")
         kubelet.wait_for(registered())
         with short_temporary_directory("tr-p4-") as other:

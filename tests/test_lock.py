@@ -13,7 +13,7 @@ import pytest
 from tests.harness import TWO_RESOURCES, AgentProcess
 from tests.standin.kubelet import CHECKPOINT, KubeletStandin, KubeletView, clean_directory
 from token_resource.host import lock
-from token_resource.host.lock import LockError, directory_lock, lock_holder
+from token_resource.host.lock import DirectoryLock, LockError, lock_holder
 
 COUNTS = {"example.com/token": 2, "example.com/license": 5}
 SOCKETS = ("token-resource/example.com_license.sock", "token-resource/example.com_token.sock")
@@ -53,20 +53,28 @@ def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
 
 
 def refusal(directory: Path) -> str:
-    with pytest.raises(LockError) as error, directory_lock(directory):
-        pytest.fail("the lock was taken twice")
+    second = DirectoryLock(directory)
+    with pytest.raises(LockError) as error:
+        second.acquire()
+    assert not second.held
     return str(error.value)
 
 
 def test_the_lock_is_on_the_directory_and_creates_nothing(tmp_path: Path) -> None:
-    with directory_lock(tmp_path):
+    lock = DirectoryLock(tmp_path)
+    lock.acquire()
+    try:
+        assert lock.held
         assert list(tmp_path.iterdir()) == []
         # flock belongs to the open directory, so a second open is refused, even here.
         assert refusal(tmp_path) == (
             f"another token-resource agent (pid {os.getpid()}) is already serving {tmp_path}"
         )
-    with directory_lock(tmp_path):  # released on exit
-        pass
+    finally:
+        lock.release()
+    again = DirectoryLock(tmp_path)  # released
+    again.acquire()
+    again.release()
 
 
 def test_a_refusal_names_the_holder_from_proc_locks(

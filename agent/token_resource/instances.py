@@ -118,9 +118,8 @@ class Placement:
 
 def alone_because(config: Config) -> str | None:
     """Why ``config`` needs the agent alone on the node; None if DRA is all it serves."""
-    others = sorted(
-        name for name in config.resources if name not in config.advertised_by(DRA).resources
-    )
+    dra = config.advertised_by(DRA).resources
+    others = sorted(name for name in config.resources if name not in dra)
     if others:
         return f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not served by DRA"
     return None

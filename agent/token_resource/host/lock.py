@@ -9,10 +9,9 @@ a flock on it holds across mount namespaces (a bind-mounted directory is the sam
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 PROC_LOCKS = Path("/proc/locks")
@@ -68,17 +67,6 @@ class DirectoryLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
-
-
-@contextlib.contextmanager
-def directory_lock(directory: Path) -> Iterator[None]:
-    """Hold the lock of ``directory`` for the block (LockError if another agent has it)."""
-    lock = DirectoryLock(directory)
-    lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def lock_holder(stat: os.stat_result, proc_locks: Path | None = None) -> int | None:
