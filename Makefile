@@ -12,9 +12,15 @@ NEWEST := $(VENV_DIR)/newest
 RHEL9 := $(VENV_DIR)/rhel9
 RHEL9_PINS := grpcio==1.46.3 protobuf==3.14.0 sdnotify==0.3.2 tomli==2.0.1 watchdog==2.2.1
 PYTEST_ARGS ?=
+UNIT_ARGS = --ignore=tests/system --ignore=tests/kube $(PYTEST_ARGS)
 # venv's ensurepip under Python 3.9 leaves a copy of pip's CA bundle (tmp*cacert.pem) in TMPDIR
 # for good: it runs in a scratch TMPDIR of its own, removed afterwards.
 make_venv = { scratch=$$(mktemp -d) && TMPDIR=$$scratch $(1) -m venv $(2); status=$$?; rm -rf "$$scratch"; [ $$status = 0 ]; }
+# $(call run_pytest,PYTHON,ENV,ARGS): pytest with a base directory of its own, removed afterwards.
+# pytest keeps only the three newest numbered base directories under /tmp/pytest-of-<user>, so
+# a shared one can vanish under this run when another pytest starts on the machine.
+run_pytest = base=$$(mktemp -d "$${TMPDIR:-/tmp}/token-resource-pytest.XXXXXX") && \
+	{ env $(2) $(1) -m pytest --basetemp="$$base/run" $(3); status=$$?; rm -rf "$$base"; exit $$status; }
 
 .PHONY: all demo test lint unit proto proto-check clean
 
@@ -45,14 +51,15 @@ lint: $(OLDEST)/.installed $(NEWEST)/.installed
 	$(OLDEST)/bin/mypy
 	$(NEWEST)/bin/lint-imports --no-cache
 
-# Everything but the system tests, under both Pythons and under RHEL 9's libraries (and the
-# Ansible virtualenv, which runs the role's choice of package in tests/packaging).
+# Everything but the system tests and the tests against real Kubernetes components, under both
+# Pythons and under RHEL 9's libraries (and the Ansible virtualenv, which runs the role's choice
+# of package in tests/packaging).
 unit: $(OLDEST)/.installed $(NEWEST)/.installed $(RHEL9)/.installed $(VENV_DIR)/ansible/.installed
-	$(OLDEST)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
-	$(NEWEST)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
-	$(RHEL9)/bin/python -m pytest --ignore=tests/system $(PYTEST_ARGS)
+	$(call run_pytest,$(OLDEST)/bin/python,,$(UNIT_ARGS))
+	$(call run_pytest,$(NEWEST)/bin/python,,$(UNIT_ARGS))
+	$(call run_pytest,$(RHEL9)/bin/python,,$(UNIT_ARGS))
 
-test: lint proto-check unit system-test
+test: lint proto-check unit kube-test system-test
 
 # protoc (3.21, from grpcio-tools 1.51) writes the typing stubs of the protocol module and its
 # description of each .proto, which tests/test_protocol.py compares the modules' own
@@ -90,3 +97,4 @@ clean:
 
 -include packaging/*.mk packaging/ansible/ansible.mk
 -include bench/*.mk
+-include tests/kube/kube.mk

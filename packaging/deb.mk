@@ -61,5 +61,4 @@ deb:
 # rootfs is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/token-resource-tests/; the
 # newer version for the upgrade test is built by the tests themselves.
 system-test: deb $(NEWEST)/.installed $(VENV_DIR)/ansible/.installed
-	TOKEN_RESOURCE_DEB=$(CURDIR)/$(DEB_FILE) \
-		$(SYSTEM_TEST_PYTHON) -m pytest -p no:cacheprovider tests/system $(SYSTEM_TEST_ARGS)
+	$(call run_pytest,$(SYSTEM_TEST_PYTHON),TOKEN_RESOURCE_DEB=$(CURDIR)/$(DEB_FILE),-p no:cacheprovider tests/system $(SYSTEM_TEST_ARGS))

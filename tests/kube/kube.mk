@@ -1,0 +1,25 @@
+# The real Kubernetes components the tests in tests/kube drive, built from the Go module
+# proxy: for each release a Go module of ours (tests/kube/go/v<release>) that imports
+# k8s.io/kubernetes as a library. Included from the Makefile.
+#
+#   make kube-programs   -> $(KUBE_BIN)/v<release>/<program>, once: Go's module and build
+#                           caches make a second run a few seconds of checking
+#   make kube-test       -> tests/kube against them
+#
+# Needs Go 1.26 or newer (the k8s.io/kubernetes modules' own floor) and Debian's etcd-server.
+
+KUBE_RELEASES := 1.36 1.37
+KUBE_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/token-resource/kube
+KUBE_TEST_ARGS ?=
+
+.PHONY: kube-programs kube-test
+
+kube-programs:
+	@command -v go >/dev/null || { echo "kube-programs: Go 1.26 or newer is needed on PATH" >&2; exit 1; }
+	for release in $(KUBE_RELEASES); do \
+		echo "kube-programs: Kubernetes $$release"; \
+		(cd tests/kube/go/v$$release && go build -trimpath -o $(KUBE_BIN)/v$$release/ ./...) || exit 1; \
+	done
+
+kube-test: kube-programs $(NEWEST)/.installed
+	$(call run_pytest,$(NEWEST)/bin/python,TOKEN_RESOURCE_KUBE_BIN=$(KUBE_BIN),-p no:cacheprovider tests/kube $(KUBE_TEST_ARGS))

@@ -1,0 +1,28 @@
+"""Where `make kube-programs` put the real components' programs (tests/kube/kube.mk)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# The releases whose kubelet parts are built; the control plane is built for the newest.
+RELEASES = ("1.36", "1.37")
+CONTROL_PLANE_RELEASE = "1.37"
+
+
+class MissingProgram(AssertionError):
+    """A program that was not built: the run fails, it never skips."""
+
+
+def program(release: str, name: str) -> Path:
+    """The built program ``name`` of Kubernetes ``release``."""
+    base = os.environ.get("TOKEN_RESOURCE_KUBE_BIN")
+    if not base:
+        raise MissingProgram(
+            "TOKEN_RESOURCE_KUBE_BIN is not set: run these tests with `make kube-test`, "
+            "which builds the real components first"
+        )
+    path = Path(base) / f"v{release}" / name
+    if not os.access(path, os.X_OK):
+        raise MissingProgram(f"{path} was not built (make kube-programs)")
+    return path
