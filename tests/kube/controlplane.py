@@ -1,0 +1,328 @@
+"""A real Kubernetes control plane for the tests: Debian's etcd, and the kube-apiserver,
+kube-scheduler and kube-controller-manager of the release built in tests/kube/go
+(``controlplane`` program), on random loopback ports, all state in one temporary directory.
+
+The API server authorizes as a production cluster does (``Node,RBAC``, NodeRestriction, client
+certificates, bound service-account tokens); :class:`ControlPlane` hands out kubeconfigs and
+clients for an admin, a node (``system:node:<name>``) and a service account whose token is
+bound to a pod on a node (so it carries the node's name, as a DaemonSet pod's token does).
+
+No kubelet runs: :meth:`ControlPlane.add_node` writes a Node with capacity and a Ready
+condition itself, and the controller manager runs without its node-lifecycle controller, the
+one that would find the missing heartbeats and taint the Nodes unreachable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tests.kube.client import KubeClient, wait_until
+from tests.kube.programs import CONTROL_PLANE_RELEASE, program
+from tests.standin.apiserver.certificates import CertificateAuthority, KeyPair, write_private
+from tests.standin.apiserver.kubeconfig import ClientConfigMixin
+
+ETCD = Path("/usr/bin/etcd")
+HOST = "127.0.0.1"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+STARTUP_TIMEOUT = 120.0  # a busy 2-core CI machine: etcd and the API server's first start
+NODE_CAPACITY = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+# Controllers a cluster without kubelets can do without: node-lifecycle taints every Node whose
+# kubelet never posts a heartbeat (node.kubernetes.io/unreachable, then evicts its pods).
+CONTROLLERS = "*,-node-lifecycle-controller"
+
+
+def free_port() -> int:
+    """A port free now (the kernel's pick); the program binds it a moment later."""
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class ControlPlane(ClientConfigMixin):
+    """etcd, kube-apiserver, kube-scheduler and kube-controller-manager, started by ``with``."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._own_directory = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="kube-cp-"))
+        self.ca = CertificateAuthority("token-resource-kube-test-ca")
+        self.host = HOST
+        self.port = free_port()
+        self._processes: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = []
+        self.startup_seconds: dict[str, float] = {}
+        self.admin = self.client(self.ca.client_certificate("admin", ("system:masters",)))
+
+    # Processes
+
+    def _start(self, name: str, command: list[str]) -> None:
+        log = (self.directory / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+        self._processes.append((name, process, log))
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        text = (self.directory / f"{name}.log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _check_running(self) -> None:
+        for name, process, _ in self._processes:
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"{name} exited with {process.returncode}:\n{self.log_tail(name)}"
+                )
+
+    def __enter__(self) -> ControlPlane:
+        try:
+            self._start_all()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # The clients of etcd first: the API server drains against a live etcd.
+        for _name, process, log in reversed(self._processes):
+            if process.poll() is None:
+                process.terminate()
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()
+        self._processes.clear()
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _start_all(self) -> None:
+        began = time.monotonic()
+        binary = str(program(CONTROL_PLANE_RELEASE, "controlplane"))
+        etcd_url = self._start_etcd()
+        self._start("kube-apiserver", [binary, "kube-apiserver", *self._apiserver_flags(etcd_url)])
+        wait_until("the API server's /readyz", self._ready, STARTUP_TIMEOUT)
+        self.startup_seconds["kube-apiserver"] = time.monotonic() - began
+        for component, user in (
+            ("kube-scheduler", "system:kube-scheduler"),
+            ("kube-controller-manager", "system:kube-controller-manager"),
+        ):
+            kubeconfig = self.write_kubeconfig(
+                self.directory / f"{component}.kubeconfig",
+                identity=self.ca.client_certificate(user),
+            )
+            self._start(component, [binary, component, *self._flags(component, kubeconfig)])
+        # The controller manager is up when its service-account controller has made the
+        # default namespace's "default" ServiceAccount, which every pod needs to be admitted.
+        wait_until("the controller manager's default ServiceAccount", self._has_default_account)
+        self.startup_seconds["all"] = time.monotonic() - began
+
+    def _start_etcd(self) -> str:
+        client, peer = f"http://{HOST}:{free_port()}", f"http://{HOST}:{free_port()}"
+        self._start(
+            "etcd",
+            [
+                str(ETCD),
+                f"--data-dir={self.directory / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                # A test's etcd needs no durability: no fsync waits on a busy CI disk.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        return client
+
+    def _has_default_account(self) -> bool:
+        self._check_running()
+        path = "/api/v1/namespaces/default/serviceaccounts/default"
+        return bool(self.admin.request("GET", path)[0] == 200)
+
+    def _ready(self) -> bool:
+        self._check_running()
+        try:
+            return self.admin.request("GET", "/readyz")[0] == 200
+        except OSError:
+            return False
+
+    def _apiserver_flags(self, etcd_url: str) -> list[str]:
+        d = self.directory
+        self.server_certificate = self.ca.server_certificate((HOST, "localhost"))
+        self.server_certificate.write(d / "apiserver.crt", d / "apiserver.key")
+        (d / "ca.crt").write_bytes(self.ca.cert_pem)
+        # The service-account signing key; the API server verifies with the public half (it
+        # reads no PKCS#8 private key as a public one).
+        key = ec.generate_private_key(ec.SECP256R1())
+        write_private(
+            d / "sa.key",
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
+        )
+        (d / "sa.pub").write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        return [
+            f"--etcd-servers={etcd_url}",
+            f"--bind-address={HOST}",
+            f"--advertise-address={HOST}",
+            f"--secure-port={self.port}",
+            f"--cert-dir={d / 'apiserver-certs'}",
+            f"--tls-cert-file={d / 'apiserver.crt'}",
+            f"--tls-private-key-file={d / 'apiserver.key'}",
+            f"--client-ca-file={d / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--service-account-issuer={ISSUER}",
+            f"--service-account-key-file={d / 'sa.pub'}",
+            f"--service-account-signing-key-file={d / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            # resource.k8s.io/v1 is GA and served by default; said anyway, as the one group
+            # these tests are about.
+            "--runtime-config=resource.k8s.io/v1=true",
+            # The "kubernetes" Service's endpoints would name the advertised address, which
+            # may not be a loopback one; nothing here reaches the API server through it.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ]
+
+    def _flags(self, component: str, kubeconfig: Path) -> list[str]:
+        common = [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            f"--bind-address={HOST}",
+            f"--secure-port={free_port()}",
+            "--profiling=false",
+        ]
+        if component == "kube-scheduler":
+            return common
+        return [
+            *common,
+            f"--controllers={CONTROLLERS}",
+            f"--service-account-private-key-file={self.directory / 'sa.key'}",
+            f"--root-ca-file={self.directory / 'ca.crt'}",
+            # Each controller under its own service account with its bootstrap role (as kubeadm
+            # runs it): the controller manager's own user may do little.
+            "--use-service-account-credentials=true",
+        ]
+
+    # Identities
+
+    def client(self, certificate: KeyPair | None = None, token: str | None = None) -> KubeClient:
+        return KubeClient(self.host, self.port, self.ca, certificate, token)
+
+    def node_kubeconfig(self, node: str, path: Path) -> Path:
+        """The kubelet's own kubeconfig for ``node`` (``system:node:<node>``, ``system:nodes``)."""
+        return self.write_kubeconfig(path, identity=self.ca.node_certificate(node))
+
+    def node_client(self, node: str) -> KubeClient:
+        return self.client(self.ca.node_certificate(node))
+
+    def admin_kubeconfig(self, path: Path) -> Path:
+        return self.write_kubeconfig(
+            path, identity=self.ca.client_certificate("admin", ("system:masters",))
+        )
+
+    def service_account_token(
+        self, namespace: str, name: str, node: str, pod: str | None = None
+    ) -> str:
+        """A token of ``namespace/name`` bound to a pod on ``node`` (made here, bound to the
+        node directly, never run): the API server puts the node's name in the token's claims
+        (``authentication.kubernetes.io/node-name``), as for a DaemonSet's pod."""
+        pod = pod or f"{name}-{node}"
+        self.ensure(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}})
+        created = self.ensure(
+            f"/api/v1/namespaces/{namespace}/pods",
+            {
+                "metadata": {"name": pod},
+                "spec": {
+                    "nodeName": node,
+                    "serviceAccountName": name,
+                    "containers": [{"name": "agent", "image": "token-resource:test"}],
+                },
+            },
+        )
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod,
+                    "uid": created["metadata"]["uid"],
+                },
+            },
+        }
+        answer = self.admin.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", request
+        )
+        token: str = answer["status"]["token"]
+        return token
+
+    def token_kubeconfig(self, token: str, path: Path) -> Path:
+        return self.write_kubeconfig(path, token=token)
+
+    # Objects
+
+    def ensure(self, collection: str, body: Mapping[str, Any]) -> Any:
+        """Create ``body`` in ``collection``, or fetch it if it is there already."""
+        status, answer = self.admin.request("POST", collection, body)
+        if status == 409:
+            return self.admin.get(f"{collection}/{body['metadata']['name']}")
+        if status != 201:
+            raise AssertionError(f"POST {collection}: {status} {answer}")
+        return answer
+
+    def add_node(self, name: str, capacity: Mapping[str, str] = NODE_CAPACITY) -> Any:
+        """A Node as a kubelet registers it: capacity, allocatable and Ready, so the scheduler
+        places pods on it. Status is a subresource: it is written by a second request."""
+        self.admin.create(
+            "/api/v1/nodes",
+            {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}},
+        )
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {
+            "capacity": dict(capacity),
+            "allocatable": dict(capacity),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "no kubelet: the test says so",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+        return self.admin.ok(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def delete_node(self, name: str) -> None:
+        with contextlib.suppress(AssertionError):
+            self.admin.delete(f"/api/v1/nodes/{name}")
