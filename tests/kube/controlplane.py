@@ -33,12 +33,14 @@ from tests.standin.apiserver.certificates import CertificateAuthority, KeyPair, 
 from tests.standin.apiserver.kubeconfig import ClientConfigMixin
 
 ETCD = Path("/usr/bin/etcd")
+KUBECTL = "kubectl"
 HOST = "127.0.0.1"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 STARTUP_TIMEOUT = 120.0  # a busy 2-core CI machine: etcd and the API server's first start
 NODE_CAPACITY = {"cpu": "4", "memory": "8Gi", "pods": "110"}
 # Controllers a cluster without kubelets can do without: node-lifecycle taints every Node whose
-# kubelet never posts a heartbeat (node.kubernetes.io/unreachable, then evicts its pods).
+# kubelet never posts a heartbeat (node.kubernetes.io/unreachable, then evicts its pods);
+# add_node removes the not-ready taint it would have removed.
 CONTROLLERS = "*,-node-lifecycle-controller"
 
 
@@ -280,6 +282,23 @@ class ControlPlane(ClientConfigMixin):
         token: str = answer["status"]["token"]
         return token
 
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """The real kubectl (the machine's, /usr/bin/kubectl) as the admin; fails on an error."""
+        kubeconfig = self.directory / "admin.kubeconfig"
+        if not kubeconfig.exists():
+            self.admin_kubeconfig(kubeconfig)
+        done = subprocess.run(
+            [KUBECTL, f"--kubeconfig={kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {done.returncode}\n{done.stderr}")
+        return done.stdout
+
     def token_kubeconfig(self, token: str, path: Path) -> Path:
         return self.write_kubeconfig(path, token=token)
 
@@ -316,10 +335,19 @@ class ControlPlane(ClientConfigMixin):
                 }
             ],
         }
-        return self.admin.ok(
+        self.admin.ok(
             "PATCH",
             f"/api/v1/nodes/{name}/status",
             {"status": status},
+            content_type="application/merge-patch+json",
+        )
+        # The API server's TaintNodesByCondition admission plugin gave the new Node the
+        # node.kubernetes.io/not-ready:NoSchedule taint; the node-lifecycle controller would
+        # take it off once the Node is Ready, and it does not run: the test takes it off.
+        return self.admin.ok(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            {"spec": {"taints": None}},
             content_type="application/merge-patch+json",
         )
 

@@ -1,12 +1,32 @@
 """The agent against a real 1.37 control plane: etcd, kube-apiserver (Node,RBAC,
-NodeRestriction), kube-scheduler and kube-controller-manager (tests/kube/controlplane.py)."""
+NodeRestriction), kube-scheduler and kube-controller-manager (tests/kube/controlplane.py).
+Node-status mode here; DRA mode, the scheduler and the admission policy in test_cp_dra.py."""
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import pytest
+
+from tests.harness import AgentProcess
+from tests.kube.client import wait_until
 from tests.kube.controlplane import ControlPlane
+
+ANNOTATION = "token-resource/extended-resources"
+DONGLE, SEAT, FOREIGN = "example.com/dongle", "example.com/seat", "other.example/thing"
+
+
+@pytest.fixture
+def agent(tmp_path: Path, device_plugin_dir: Path) -> Iterator[AgentProcess]:
+    process = AgentProcess(tmp_path / "agent", device_plugin_dir)
+    try:
+        yield process
+    finally:
+        process.kill()
 
 
 def test_identities(control_plane: ControlPlane) -> None:
@@ -19,3 +39,74 @@ def test_identities(control_plane: ControlPlane) -> None:
     assert claims["kubernetes.io"]["node"]["name"] == "cp-identities"
     status, _ = control_plane.client(token=token).request("GET", "/api/v1/nodes")
     assert status == 403
+
+
+def node_status_config(kubeconfig: Path, node: str, resources: dict[str, int]) -> str:
+    text = f'[kubernetes]\nkubeconfig = "{kubeconfig}"\nnode_name = "{node}"\nresync_seconds = 30\n'
+    for name, count in resources.items():
+        text += f'[resources."{name}"]\ncount = {count}\nadvertise = "node-status"\n'
+    return text
+
+
+def test_node_status_with_the_nodes_own_identity(
+    control_plane: ControlPlane, agent: AgentProcess, tmp_path: Path
+) -> None:
+    """The agent's JSON patches of its Node, made with the kubelet's identity, are accepted:
+    capacity and the annotation listing its resources. A resource taken out of its files goes,
+    one it never listed stays; stopping the agent leaves its capacity (docs/node-status.md)."""
+    node = "cp-status"
+    control_plane.add_node(node)
+    nodes = f"/api/v1/nodes/{node}"
+    # Another tool's extended resource, which the agent must never touch.
+    control_plane.admin.ok(
+        "PATCH",
+        f"{nodes}/status",
+        {"status": {"capacity": {FOREIGN: "2"}}},
+        content_type="application/merge-patch+json",
+    )
+    kubeconfig = control_plane.node_kubeconfig(node, tmp_path / "kubelet.conf")
+    agent.write_config(node_status_config(kubeconfig, node, {DONGLE: 4}))
+    agent.start()
+
+    def node_with(capacity: dict[str, str], listed: str) -> Any:
+        def probe() -> Any:
+            found = control_plane.admin.get(nodes)
+            have = found["status"]["capacity"]
+            annotations = found["metadata"].get("annotations", {})
+            matches = all(have.get(k) == v for k, v in capacity.items())
+            gone = all(k in capacity for k in (DONGLE, SEAT) if k in have)
+            return found if matches and gone and annotations.get(ANNOTATION) == listed else None
+
+        return wait_until(f"Node {node} with {capacity}, listing {listed!r}", probe)
+
+    node_with({DONGLE: "4", FOREIGN: "2"}, DONGLE)
+    # The dongle leaves the files, a seat comes: the dongle's capacity and name go.
+    agent.write_config(node_status_config(kubeconfig, node, {SEAT: 1}))
+    found = node_with({SEAT: "1", FOREIGN: "2"}, SEAT)
+    assert DONGLE not in found["status"]["capacity"]
+    assert found["status"]["allocatable"] == {"cpu": "4", "memory": "8Gi", "pods": "110"}
+    assert agent.stop() == 0
+    after = control_plane.admin.get(nodes)
+    assert after["status"]["capacity"][SEAT] == "1"
+    assert after["metadata"]["annotations"][ANNOTATION] == SEAT
+
+
+def test_a_node_identity_may_not_patch_another_nodes_status(control_plane: ControlPlane) -> None:
+    """What holds the agent's kubelet credentials to its own Node: NodeRestriction (the Node
+    authorizer and RBAC's system:node role let every node patch nodes/status)."""
+    control_plane.add_node("cp-status-a")
+    control_plane.add_node("cp-status-b")
+    node = control_plane.node_client("cp-status-a")
+    patch = [{"op": "add", "path": "/status/capacity/example.com~1dongle", "value": "1"}]
+    status, answer = node.request(
+        "PATCH", "/api/v1/nodes/cp-status-b/status", patch, "application/json-patch+json"
+    )
+    assert status == 403, answer
+    assert answer["message"] == (
+        'nodes "cp-status-b" is forbidden: node "cp-status-a" is not allowed to modify node '
+        '"cp-status-b"'
+    )
+    status, answer = node.request(
+        "PATCH", "/api/v1/nodes/cp-status-a/status", patch, "application/json-patch+json"
+    )
+    assert status == 200, answer

@@ -1,0 +1,169 @@
+"""The agent as a DRA driver against a real 1.37 control plane (tests/kube/controlplane.py):
+its ResourceSlices, published with the node's identity or the DaemonSet's service account,
+the DeviceClass it prints, the real scheduler allocating its tokens to unchanged pods, and the
+shipped admission policy. No kubelet runs: the scheduler needs none, the agent registers into
+a plugins directory nobody watches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import AgentProcess
+from tests.kube.client import wait_until
+from tests.kube.controlplane import ControlPlane
+from tests.paths import short_temporary_directory
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAY = ROOT / "deploy" / "kubernetes" / "overlays" / "dra"
+NAMESPACE_YAML = ROOT / "deploy" / "kubernetes" / "base" / "namespace" / "namespace.yaml"
+TOKEN = "example.com/token"
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+SLICES = f"{RESOURCE_API}/resourceslices"
+
+
+@pytest.fixture
+def dirs() -> Iterator[dict[str, Path]]:
+    """The kubelet's plugin directories and the CDI directory (sockets: short paths)."""
+    with short_temporary_directory("tr-kube-dra-") as root:
+        paths = {name: root / name for name in ("dp", "reg", "plugins", "cdi")}
+        for path in paths.values():
+            path.mkdir()
+        yield paths
+
+
+@pytest.fixture
+def dra_agent(tmp_path: Path, dirs: dict[str, Path]) -> Iterator[AgentProcess]:
+    process = AgentProcess(tmp_path / "agent", dirs["dp"])
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def config(dirs: dict[str, Path], kubeconfig: Path, node: str, driver: str, resource: str) -> str:
+    return (
+        f'[dra]\ndriver = "{driver}"\nplugins_registry_dir = "{dirs["reg"]}"\n'
+        f'plugins_dir = "{dirs["plugins"]}"\ncdi_dir = "{dirs["cdi"]}"\n'
+        f'[kubernetes]\nkubeconfig = "{kubeconfig}"\nnode_name = "{node}"\n' + resource
+    )
+
+
+def probed(count: int, devices: Path) -> str:
+    """``count`` tokens, token-N healthy while ``devices``/tN exists, checked every second."""
+    return (
+        f'[resources."{TOKEN}"]\ncount = {count}\nadvertise = "dra"\n'
+        f'[resources."{TOKEN}".probe]\npath = "{devices}/t{{index}}"\n'
+        "interval = 1\nfailure_threshold = 1\n"
+    )
+
+
+def devices_of(control_plane: ControlPlane, node: str, driver: str) -> dict[str, Any]:
+    """Device name -> device, over the node's slices of ``driver``."""
+    query = f"?fieldSelector=spec.nodeName={node},spec.driver={driver}"
+    found: dict[str, Any] = {}
+    for item in control_plane.admin.get(SLICES + query)["items"]:
+        for device in item["spec"].get("devices", []):
+            found[device["name"]] = device
+    return found
+
+
+def token_pod(name: str) -> dict[str, Any]:
+    """An unchanged pod: the extended resource under limits, nothing of DRA."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "token-resource:test",
+                    "resources": {"limits": {TOKEN: "1"}},
+                }
+            ]
+        },
+    }
+
+
+def test_slices_with_taints_the_device_class_and_the_real_scheduler(
+    control_plane: ControlPlane, dra_agent: AgentProcess, dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The slices the agent publishes with the kubelet's identity are accepted, the unhealthy
+    token's device taint with them; the DeviceClass of `token-resource device-classes` (with
+    extendedResourceName) too; and the real scheduler gives unchanged pods claims on the
+    healthy tokens, leaving the pod beyond them Pending with its own reason."""
+    node, driver = "cp-dra", "tokens.example.com"
+    control_plane.add_node(node)
+    devices = tmp_path / "devices"
+    devices.mkdir()
+    for index in (0, 1):
+        (devices / f"t{index}").touch()
+    kubeconfig = control_plane.node_kubeconfig(node, tmp_path / "kubelet.conf")
+    dra_agent.write_config(config(dirs, kubeconfig, node, driver, probed(3, devices)))
+    dra_agent.start()
+
+    def tainted() -> dict[str, Any] | None:
+        found = devices_of(control_plane, node, driver)
+        if sorted(found) != ["token-0", "token-1", "token-2"]:
+            return None
+        return found if found["token-2"].get("taints") else None
+
+    found = wait_until("token-2 tainted in the node's slices", tainted)
+    assert [found[f"token-{i}"].get("taints") for i in (0, 1)] == [None, None]
+    (taint,) = found["token-2"]["taints"]
+    assert {k: v for k, v in taint.items() if k != "timeAdded"} == {
+        "key": f"{driver}/unhealthy",
+        "effect": "NoSchedule",
+    }, taint
+    assert found["token-0"]["attributes"]["resource"] == {"string": TOKEN}
+
+    printed = dra_agent.cli("device-classes", "--config", str(dra_agent.config_path))
+    assert printed.returncode == 0, printed.stderr
+    assert "extendedResourceName" in printed.stdout
+    control_plane.kubectl("apply", "-f", "-", stdin=printed.stdout)
+    device_class = control_plane.admin.get(f"{RESOURCE_API}/deviceclasses/token.example.com")
+    assert device_class["spec"]["extendedResourceName"] == TOKEN
+
+    namespace = "cp-dra"
+    control_plane.ensure("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    wait_until(
+        "the namespace's default ServiceAccount",
+        lambda: (
+            control_plane.admin.request(
+                "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+            )[0]
+            == 200
+        ),
+    )
+    for index in range(3):
+        control_plane.admin.create(pods, token_pod(f"token-{index}"))
+
+    def placed() -> tuple[list[Any], list[Any]] | None:
+        items = control_plane.admin.get(pods)["items"]
+        bound = [pod for pod in items if pod["spec"].get("nodeName")]
+        refused = [pod for pod in items if unschedulable(pod)]
+        return (bound, refused) if len(bound) == 2 and len(refused) == 1 else None
+
+    bound, (pending,) = wait_until("two pods bound, one unschedulable", placed)
+    assert {pod["spec"]["nodeName"] for pod in bound} == {node}
+    claims = control_plane.admin.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims")
+    allocated = sorted(
+        result["device"]
+        for claim in claims["items"]
+        for result in claim["status"]["allocation"]["devices"]["results"]
+        if result["driver"] == driver and result["pool"].startswith(f"{node}/")
+    )
+    assert allocated == ["token-0", "token-1"], claims
+    condition = unschedulable(pending)
+    assert condition is not None
+    assert "cannot allocate all claims" in condition["message"], condition
+
+
+def unschedulable(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for condition in pod.get("status", {}).get("conditions", []):
+        if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return dict(condition)
+    return None
