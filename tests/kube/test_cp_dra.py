@@ -167,3 +167,83 @@ def unschedulable(pod: dict[str, Any]) -> dict[str, Any] | None:
         if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
             return dict(condition)
     return None
+
+
+def a_slice(node: str, driver: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": f"{node}/manual", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "token-0"}],
+        },
+    }
+
+
+def test_the_shipped_admission_policy_holds_the_daemonsets_account_to_its_node(
+    control_plane: ControlPlane, dra_agent: AgentProcess, dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The DRA overlay's RBAC and ValidatingAdmissionPolicy, applied with kubectl, enforced by
+    the real API server: the DaemonSet's service account, its token bound to a pod on node a,
+    publishes node a's slices through the agent and may write no slice of node b."""
+    own, other, driver = "cp-policy-a", "cp-policy-b", "policy.example.com"
+    for node in (own, other):
+        control_plane.add_node(node)
+    for manifest in (NAMESPACE_YAML, OVERLAY / "rbac.yaml", OVERLAY / "admission.yaml"):
+        control_plane.kubectl("apply", "-f", str(manifest))
+    token = control_plane.service_account_token("token-resource", "token-resource", own)
+    agent_account = control_plane.client(token=token)
+    refusal = (
+        "ValidatingAdmissionPolicy 'token-resource-own-node-slices' with binding "
+        "'token-resource-own-node-slices' denied request: the agent on node cp-policy-a may "
+        "only write the ResourceSlices of its own node, not of cp-policy-b"
+    )
+
+    # The API server applies a new policy once its informer has it: until then RBAC alone
+    # lets the write through, and the test takes such a slice away again.
+    def refused() -> tuple[int, Any] | None:
+        status, answer = agent_account.request("POST", SLICES, a_slice(other, driver, "b-1"))
+        if status == 201:
+            control_plane.admin.delete(f"{SLICES}/b-1")
+            return None
+        return status, answer
+
+    status, answer = wait_until("the policy refusing node b's slice", refused)
+    # A policy's Deny is 422 Invalid (the policy gives no reason), not RBAC's 403 Forbidden,
+    # though its message says "is forbidden".
+    forbidden = 'resourceslices.resource.k8s.io "{}" is forbidden: ' + refusal
+    assert (status, answer["reason"], answer["message"]) == (
+        422,
+        "Invalid",
+        forbidden.format("b-1"),
+    ), answer
+
+    # Node b's slice, made by the admin, can be neither changed nor deleted by the agent.
+    control_plane.admin.create(SLICES, a_slice(other, driver, "b-2"))
+    status, answer = agent_account.request("DELETE", f"{SLICES}/b-2")
+    assert (status, answer["message"]) == (422, forbidden.format("b-2")), answer
+    # Unbound to a pod, the token names no node.
+    unbound = control_plane.admin.create(
+        "/api/v1/namespaces/token-resource/serviceaccounts/token-resource/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    status, answer = control_plane.client(token=unbound).request(
+        "POST", SLICES, a_slice(own, driver, "a-unbound")
+    )
+    assert status == 422, answer
+    assert answer["message"].endswith(
+        "denied request: the agent's token names no node (a token not bound to a pod?)"
+    ), answer
+
+    kubeconfig = control_plane.token_kubeconfig(token, tmp_path / "agent.conf")
+    resource = f'[resources."{TOKEN}"]\ncount = 2\nadvertise = "dra"\n'
+    dra_agent.write_config(config(dirs, kubeconfig, own, driver, resource))
+    dra_agent.start()
+    wait_until(
+        "the agent's slices of node a",
+        lambda: sorted(devices_of(control_plane, own, driver)) == ["token-0", "token-1"],
+    )
+    assert "403" not in dra_agent.log()
