@@ -77,10 +77,15 @@ class KubeClient:
 
 
 def wait_until(
-    what: str, probe: Callable[[], _T | None], timeout: float = 120.0, interval: float = 0.2
+    what: str,
+    probe: Callable[[], _T | None],
+    timeout: float = 120.0,
+    interval: float = 0.2,
+    show: Callable[[], Any] | None = None,
 ) -> _T:
     """The first truthy result of ``probe``: the real components act asynchronously and offer
-    these tests no event to wait on but the objects they write, so this polls them."""
+    these tests no event to wait on but the objects they write, so this polls them. A timeout
+    says what ``show`` returns then (what the test saw instead)."""
     deadline = time.monotonic() + timeout
     last: _T | None = None
     while time.monotonic() < deadline:
@@ -88,4 +93,5 @@ def wait_until(
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
+    seen = show() if show is not None else last
+    raise AssertionError(f"{what}: not within {timeout} s; saw: {seen!r}")

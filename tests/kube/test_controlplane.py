@@ -77,7 +77,11 @@ def test_node_status_with_the_nodes_own_identity(
             gone = all(k in capacity for k in (DONGLE, SEAT) if k in have)
             return found if matches and gone and annotations.get(ANNOTATION) == listed else None
 
-        return wait_until(f"Node {node} with {capacity}, listing {listed!r}", probe)
+        return wait_until(
+            f"Node {node} with {capacity}, listing {listed!r}",
+            probe,
+            show=lambda: shown(control_plane.admin.get(nodes)),
+        )
 
     node_with({DONGLE: "4", FOREIGN: "2"}, DONGLE)
     # The dongle leaves the files, a seat comes: the dongle's capacity and name go.
@@ -89,6 +93,11 @@ def test_node_status_with_the_nodes_own_identity(
     after = control_plane.admin.get(nodes)
     assert after["status"]["capacity"][SEAT] == "1"
     assert after["metadata"]["annotations"][ANNOTATION] == SEAT
+
+
+def shown(node: Any) -> Any:
+    """What a failed wait shows of a Node: its capacity and annotations."""
+    return node["status"]["capacity"], node["metadata"].get("annotations")
 
 
 def test_a_node_identity_may_not_patch_another_nodes_status(control_plane: ControlPlane) -> None:

@@ -110,7 +110,11 @@ def test_slices_with_taints_the_device_class_and_the_real_scheduler(
             return None
         return found if found["token-2"].get("taints") else None
 
-    found = wait_until("token-2 tainted in the node's slices", tainted)
+    found = wait_until(
+        "token-2 tainted in the node's slices",
+        tainted,
+        show=lambda: devices_of(control_plane, node, driver),
+    )
     assert [found[f"token-{i}"].get("taints") for i in (0, 1)] == [None, None]
     (taint,) = found["token-2"]["taints"]
     assert {k: v for k, v in taint.items() if k != "timeAdded"} == {
@@ -147,7 +151,13 @@ def test_slices_with_taints_the_device_class_and_the_real_scheduler(
         refused = [pod for pod in items if unschedulable(pod)]
         return (bound, refused) if len(bound) == 2 and len(refused) == 1 else None
 
-    bound, (pending,) = wait_until("two pods bound, one unschedulable", placed)
+    bound, (pending,) = wait_until(
+        "two pods bound, one unschedulable",
+        placed,
+        show=lambda: [
+            (p["spec"].get("nodeName"), p["status"]) for p in control_plane.admin.get(pods)["items"]
+        ],
+    )
     assert {pod["spec"]["nodeName"] for pod in bound} == {node}
     claims = control_plane.admin.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims")
     allocated = sorted(
