@@ -79,7 +79,7 @@ class KubeClient:
 def wait_until(
     what: str,
     probe: Callable[[], _T | None],
-    timeout: float = 120.0,
+    timeout: float = 60.0,  # under pytest-timeout's 120 s a test, which would say less
     interval: float = 0.2,
     show: Callable[[], Any] | None = None,
 ) -> _T:
