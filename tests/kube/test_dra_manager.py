@@ -251,7 +251,14 @@ def test_the_health_stream_carries_a_probed_token_to_the_real_dra_manager(
             resources: list[dict[str, Any]] = status["resources"]
             return resources
 
-        wait_until("the token Healthy", lambda: health()[0]["health"] == "Healthy", TIMEOUT)
+        def healthy() -> list[dict[str, Any]] | None:
+            # A stream that failed or ended fails the test at once, with the manager's words.
+            failures = [event for name in STREAM_FAILURES for event in node.kubelet.events(name)]
+            assert failures == [], f"the health stream failed: {failures}"
+            resources = health()
+            return resources if resources[0]["health"] == "Healthy" else None
+
+        wait_until("the token Healthy", healthy, TIMEOUT)
         before = len(node.kubelet.events("health-update"))
         (probes / f"token{token.removeprefix('token-')}").unlink()
         updates = node.kubelet.wait_for_event("health-update", count=before + 1, timeout=TIMEOUT)
