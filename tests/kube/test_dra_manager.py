@@ -217,6 +217,11 @@ def test_the_real_dra_manager_prepares_a_scheduled_claim_through_the_agent(
         with pytest.raises(AssertionError, match="unable to get claim info for ResourceClaim"):
             node.kubelet.call("resources", name=name)
         assert [call["err"] for call in node.kubelet.events("unprepare-rpc")] == ["<nil>"]
+        # The agent stops: its registration socket goes, the watcher deregisters the plugin.
+        node.agent.stop()
+        node.kubelet.wait_for_event("registration", count=5)
+        assert node.kubelet.events("registration")[-1]["call"] == "deregister"
+        assert node.kubelet.call("registered") == []
         # Only the old manager's health stream, ended by the restart, may have logged an
         # error: 1.37 logs its canceled stream as one (a real kubelet's managers never stop).
         errors = node.kubelet.events("error-log")
@@ -265,6 +270,8 @@ def test_the_health_stream_carries_a_probed_token_to_the_real_dra_manager(
         assert uid in updates[-1]["pods"]
         [resource] = health()
         assert resource["health"] == "Unhealthy"
+        # The device's first CDI ID names it (buildResourceHealth), not driver/pool/device.
+        assert resource["resourceID"] == node.kubelet.call("resources", name=name)["cdi_devices"][0]
         assert re.search(re.escape(str(probes)), resource.get("message", "")), resource
         node.kubelet.call("unprepare", name=name)
         for failure in STREAM_FAILURES:
