@@ -15,6 +15,7 @@ from tests.kube.devicemanager import DeviceManager, host_mounts
 from tests.kube.programs import RELEASES
 
 BOTH = {"example.com/token": 2, "example.com/license": 5}
+REGISTERED = "Got registration request from device plugin"
 
 
 def ids(env_value: str) -> list[str]:
@@ -60,11 +61,16 @@ def test_registered_counts_follow_the_configuration(
     )
     capacity = manager.wait_for_allocatable({**BOTH, "example.com/token": 4})
     assert capacity == {**BOTH, "example.com/token": 4}
-    assert (
-        log.count("Got registration request")
-        == 2
-        == manager.log().count("Got registration request")
-    )
+    # A new list on the open stream, not a new registration.
+    assert log.count(REGISTERED) == 2 == manager.log().count(REGISTERED)
+
+    # The agent gone, its devices stay counted but none is allocatable; back, it registers.
+    serving.stop()
+    gone = manager.wait_for(lambda c: not any(c["allocatable"].values()), "allocatable 0")
+    assert gone["capacity"] == {**BOTH, "example.com/token": 4}
+    serving.start()
+    manager.wait_for_allocatable({**BOTH, "example.com/token": 4})
+    assert manager.log().count(REGISTERED) == 4
 
 
 def test_admitted_pods_get_tokens_the_agent_prefers_and_its_env(
@@ -116,10 +122,15 @@ def test_a_kubelet_restart_wipes_sockets_and_the_agent_registers_again(
     stale.close()
     (device_plugin_dir / "notes.txt").write_text("not a socket\n")
     checkpoint = json.loads((device_plugin_dir / "kubelet_internal_checkpoint").read_text())
-    entries = checkpoint["Data"]["PodDeviceEntries"]
-    assert [(e["PodUID"], e["ResourceName"]) for e in entries] == [
-        ("uid-held", "example.com/license")
-    ]
+    assert [
+        (
+            e["PodUID"],
+            e["ContainerName"],
+            e["ResourceName"],
+            sorted(i for ids in e["DeviceIDs"].values() for i in ids),
+        )
+        for e in checkpoint["Data"]["PodDeviceEntries"]
+    ] == [("uid-held", "app", "example.com/license", ["token-0", "token-1"])]
 
     manager.start()
     assert not (device_plugin_dir / "stale.sock").exists()
@@ -127,18 +138,18 @@ def test_a_kubelet_restart_wipes_sockets_and_the_agent_registers_again(
     assert (device_plugin_dir / "token-resource").is_dir()
     # The agent saw the new kubelet.sock and registered both resources again.
     manager.wait_for_allocatable(BOTH)
-    assert manager.log().count("Got registration request") == 4
-    # The checkpoint kept the pod's devices: its container gets the same ones back, and a new
-    # pod only the others.
-    again = manager.options("held", pod)["app"]
-    assert (
-        again["device_ids"] == held["device_ids"] == {"example.com/license": ["token-0", "token-1"]}
-    )
-    assert again["envs"] == held["envs"]
+    assert manager.log().count(REGISTERED) == 4
+    # The checkpoint kept the pod's devices: a new pod gets only the others (the agent would
+    # prefer token-0 to token-2), and the held pod's container its own, without a new Allocate.
     newcomer = manager.admit("newcomer", {"app": {"example.com/license": 3}})
     assert newcomer["containers"]["app"]["device_ids"] == {
         "example.com/license": ["token-2", "token-3", "token-4"]
     }
+    again = manager.options("held", pod)["app"]
+    assert again["device_ids"] == held["device_ids"]
+    assert again["envs"] == held["envs"]
+    assert "Needs to re-allocate device plugin resources" not in manager.log()
+    assert serving.log().count("example.com/license: allocated") == 2
 
 
 def test_an_unhealthy_token_leaves_allocatable_and_the_pod_status(
