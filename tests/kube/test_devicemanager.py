@@ -16,6 +16,10 @@ from tests.kube.programs import RELEASES
 
 BOTH = {"example.com/token": 2, "example.com/license": 5}
 REGISTERED = "Got registration request from device plugin"
+SUBDIRECTORY_SOCKETS = [
+    "token-resource/example.com_license.sock",
+    "token-resource/example.com_token.sock",
+]
 
 
 def ids(env_value: str) -> list[str]:
@@ -51,10 +55,7 @@ def test_registered_counts_follow_the_configuration(
 ) -> None:
     assert manager.capacity() == {"capacity": BOTH, "allocatable": BOTH, "removed": []}
     # Dialled back on the endpoints in the agent's own subdirectory, the only sockets there.
-    assert agent_sockets(serving.device_plugin_dir) == [
-        "token-resource/example.com_license.sock",
-        "token-resource/example.com_token.sock",
-    ]
+    assert agent_sockets(serving.device_plugin_dir) == SUBDIRECTORY_SOCKETS
     log = manager.log()
     serving.write_config(
         TWO_RESOURCES.replace('"example.com/token" = 2', '"example.com/token" = 4')
@@ -71,6 +72,8 @@ def test_registered_counts_follow_the_configuration(
     serving.start()
     manager.wait_for_allocatable({**BOTH, "example.com/token": 4})
     assert manager.log().count(REGISTERED) == 4
+    # Still in its subdirectory: nothing the manager answered made it fall back.
+    assert agent_sockets(serving.device_plugin_dir) == SUBDIRECTORY_SOCKETS
 
 
 def test_admitted_pods_get_tokens_the_agent_prefers_and_its_env(
@@ -139,6 +142,7 @@ def test_a_kubelet_restart_wipes_sockets_and_the_agent_registers_again(
     # The agent saw the new kubelet.sock and registered both resources again.
     manager.wait_for_allocatable(BOTH)
     assert manager.log().count(REGISTERED) == 4
+    assert agent_sockets(serving.device_plugin_dir) == SUBDIRECTORY_SOCKETS
     # The checkpoint kept the pod's devices: a new pod gets only the others (the agent would
     # prefer token-0 to token-2), and the held pod's container its own, without a new Allocate.
     newcomer = manager.admit("newcomer", {"app": {"example.com/license": 3}})
