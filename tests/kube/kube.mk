@@ -18,7 +18,7 @@ kube-programs:
 	@command -v go >/dev/null || { echo "kube-programs: Go 1.26 or newer is needed on PATH" >&2; exit 1; }
 	for release in $(KUBE_RELEASES); do \
 		echo "kube-programs: Kubernetes $$release"; \
-		(cd tests/kube/go/v$$release && go build -trimpath -o $(KUBE_BIN)/v$$release/ ./...) || exit 1; \
+		(cd tests/kube/go/v$$release && go build -trimpath -buildvcs=false -o $(KUBE_BIN)/v$$release/ ./...) || exit 1; \
 	done
 
 kube-test: kube-programs $(NEWEST)/.installed
