@@ -247,16 +247,22 @@ func (a podArgs) build() (*v1.Pod, error) {
 	return pod, nil
 }
 
-func (p *program) admit(args json.RawMessage) (any, error) {
+// podFor: the pod an operation's arguments describe, and the manager running now.
+func (p *program) podFor(args json.RawMessage) (*v1.Pod, Parts, error) {
 	var a podArgs
 	if err := lines.Decode(args, &a); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pod, err := a.build()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	parts, err := p.current()
+	return pod, parts, err
+}
+
+func (p *program) admit(args json.RawMessage) (any, error) {
+	pod, parts, err := p.podFor(args)
 	if err != nil {
 		return nil, err
 	}
@@ -287,15 +293,7 @@ func (p *program) admit(args json.RawMessage) (any, error) {
 }
 
 func (p *program) options(args json.RawMessage) (any, error) {
-	var a podArgs
-	if err := lines.Decode(args, &a); err != nil {
-		return nil, err
-	}
-	pod, err := a.build()
-	if err != nil {
-		return nil, err
-	}
-	parts, err := p.current()
+	pod, parts, err := p.podFor(args)
 	if err != nil {
 		return nil, err
 	}

@@ -242,13 +242,19 @@ func (p *program) pod(ctx context.Context, raw json.RawMessage) (*v1.Pod, podArg
 	return nil, args, err
 }
 
-func (p *program) prepare(raw json.RawMessage) (any, error) {
-	ctx := klog.NewContext(context.Background(), p.logger)
+// managerAndPod: the manager running now, and the pod an operation's arguments name.
+func (p *program) managerAndPod(ctx context.Context, raw json.RawMessage) (*dra.Manager, *v1.Pod, error) {
 	manager, err := p.manager()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pod, _, err := p.pod(ctx, raw)
+	return manager, pod, err
+}
+
+func (p *program) prepare(raw json.RawMessage) (any, error) {
+	ctx := klog.NewContext(context.Background(), p.logger)
+	manager, pod, err := p.managerAndPod(ctx, raw)
 	if err != nil {
 		return nil, err
 	}
@@ -297,11 +303,7 @@ func (p *program) resources(raw json.RawMessage) (any, error) {
 
 func (p *program) unprepare(raw json.RawMessage) (any, error) {
 	ctx := klog.NewContext(context.Background(), p.logger)
-	manager, err := p.manager()
-	if err != nil {
-		return nil, err
-	}
-	pod, _, err := p.pod(ctx, raw)
+	manager, pod, err := p.managerAndPod(ctx, raw)
 	if err != nil {
 		return nil, err
 	}
