@@ -9,7 +9,7 @@ import pytest
 from token_resource.config.model import MAX_COUNT
 from token_resource.config.names import token_id
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
-from token_resource.kubelet.tokens import AllocationError, TokenPool, token_index
+from token_resource.kubelet.tokens import AllocationError, TokenPool, in_token_order, token_index
 from token_resource.protocol.deviceplugin import HEALTHY, MAX_MESSAGE_BYTES, UNHEALTHY
 
 
@@ -31,6 +31,12 @@ def test_token_ids_are_canonical() -> None:
         "token-" + "9" * 58,
     ):
         assert token_index(bad) is None
+
+
+def test_allocated_ids_are_named_in_token_order() -> None:
+    # As a real kubelet's Allocate may send them: in a Go set's order.
+    assert in_token_order(["token-10", "token-2", "token-0"]) == ["token-0", "token-2", "token-10"]
+    assert in_token_order(["odd", "token-1", "token-01"]) == ["token-1", "odd", "token-01"]
 
 
 def test_resize_keeps_existing_ids() -> None:

@@ -11,7 +11,7 @@ import grpc
 import grpc.aio
 
 from token_resource.config.model import ResourceSpec
-from token_resource.kubelet.tokens import AllocationError, TokenPool
+from token_resource.kubelet.tokens import AllocationError, TokenPool, in_token_order
 from token_resource.observe.observer import Observer
 from token_resource.protocol import deviceplugin_pb2 as pb
 
@@ -84,7 +84,7 @@ class TokenServicer:
         env_name = self._spec().env
         response = pb.AllocateResponse()
         for container in request.container_requests:
-            device_ids = list(container.devices_ids)
+            device_ids = in_token_order(container.devices_ids)
             self._pool.check_allocation(device_ids)
             response.container_responses.add().envs[env_name] = ",".join(device_ids)
             self._log.info("allocated %s", ", ".join(device_ids))

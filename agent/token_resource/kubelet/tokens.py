@@ -28,6 +28,15 @@ def token_index(device_id: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def in_token_order(device_ids: Sequence[str]) -> list[str]:
+    """Tokens by index (``token-2`` before ``token-10``), anything else after them: a real
+    kubelet's Allocate names its devices in the random order of a Go set."""
+    return sorted(
+        device_ids,
+        key=lambda device: (token_index(device) is None, token_index(device) or 0, device),
+    )
+
+
 class AllocationError(ValueError):
     """A request the kubelet should never send; answered with a gRPC error, never a crash."""
 
