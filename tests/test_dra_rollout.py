@@ -172,8 +172,9 @@ def test_a_rollout_with_two_instances_has_no_gap_and_the_new_one_takes_over_the_
             "v1.36.2",
             ("v1.DRAPlugin", "v1beta1.DRAPlugin"),
             '[resources]\n"example.com/seat" = 2\n',
-            "example.com/seat is not served by DRA",
-            id="device-plugin-resource",
+            "example.com/seat is served by device-plugin, and kubelet v1.36.2 keeps one "
+            "endpoint per device-plugin resource (several from 1.37)",
+            id="device-plugin-resource-before-1.37",
         ),
     ],
 )
@@ -244,9 +245,11 @@ def test_an_instance_beside_another_takes_a_device_plugin_resource_only_once_alo
             agent.write_config(config(dirs, kubeconfig, seat + dra_resource(4)), atomic=True)
             result = agent.cli("reload")
             assert result.returncode == 1
-            assert "example.com/seat is not served by DRA, which needs the agent alone" in (
-                result.stderr
-            )
+            assert (
+                "example.com/seat is served by device-plugin, and kubelet v1.36.2 keeps one "
+                "endpoint per device-plugin resource (several from 1.37), which needs the agent "
+                "alone"
+            ) in result.stderr
             assert f"(pid {os.getpid()})" in result.stderr
             assert "example.com/seat" not in kubelet.snapshot().resources
         finally:

@@ -60,6 +60,60 @@ def test_the_layouts_endpoints_and_the_names_they_own() -> None:
         assert len(str(KUBELET_DIR / layout.endpoint(long_name))) == MAX_SOCKET_PATH
 
 
+def test_an_instance_puts_itself_and_a_refused_names_generation_in_every_name() -> None:
+    uid = "7b2d4c6e-1234-4f8a-8c1d-000000000002"
+    inside = SocketLayout(KUBELET_DIR, instance=uid)
+    assert inside.endpoint("example.com/token") == f"token-resource/example.com_token-{uid}.sock"
+    # A pod UID just fits the kubelet's directory; with a generation the name is hashed.
+    assert len(str(KUBELET_DIR / inside.endpoint("example.com/token"))) == MAX_SOCKET_PATH - 1
+    assert uid not in inside.endpoint("example.com/token", 2)
+    assert SocketLayout(KUBELET_DIR, instance="pod-a").endpoint("example.com/token", 2) == (
+        "token-resource/example.com_token-pod-a.2.sock"
+    )
+    assert SocketLayout(KUBELET_DIR).endpoint("example.com/token", 3) == (
+        "token-resource/example.com_token.3.sock"
+    )
+    assert inside.owns(f"example.com_token-{uid}.sock")
+    beside = SocketLayout(KUBELET_DIR, subdirectory=False, instance=uid)
+    assert beside.endpoint("example.com/token") == f"token-resource.example.com_token-{uid}.sock"
+    # Too long with the instance: hashed, with the instance and the generation in the hash.
+    name = "a" * 20 + ".example.com/token"
+    endpoints = {
+        SocketLayout(KUBELET_DIR, instance=instance).endpoint(name, generation)
+        for instance in (uid, uid + "x")
+        for generation in (1, 2)
+    }
+    assert len(endpoints) == 4
+    for endpoint in endpoints:
+        assert uid not in endpoint
+        assert len(str(KUBELET_DIR / endpoint)) == MAX_SOCKET_PATH
+
+
+def test_beside_another_instance_only_dead_sockets_are_removed(socket_dir: Path) -> None:
+    subdirectory = socket_dir / SUBDIRECTORY
+    subdirectory.mkdir()
+    live, dead = (
+        subdirectory / "example.com_token-new.sock",
+        subdirectory / "example.com_token-old.sock",
+    )
+    sockets = []
+    for path in (live, dead, socket_dir / "token-resource.example.com_token-old.sock"):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sockets.append(sock)
+    sockets[0].listen()  # the other instance, serving; the others were killed
+    try:
+        assert remove_stale_sockets(socket_dir, only_dead=True) == [
+            "token-resource.example.com_token-old.sock",
+            "token-resource/example.com_token-old.sock",
+        ]
+        assert [path.name for path in subdirectory.iterdir()] == [live.name]
+        assert remove_stale_sockets(socket_dir) == ["token-resource/example.com_token-new.sock"]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def test_stale_removal_touches_only_our_sockets(socket_dir: Path) -> None:
     subdirectory = socket_dir / SUBDIRECTORY
     subdirectory.mkdir()

@@ -32,7 +32,6 @@ from token_resource.instances import Placement
 from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.kubelet.reconciler import Reconciler
 from token_resource.kubelet.sockets import (
-    make_subdirectory,
     remove_stale_sockets,
     remove_subdirectory,
 )
@@ -121,10 +120,9 @@ class Agent:
             async with self._reload_lock:
                 if not await self._place.take(self._stop):
                     return
-            if self._place.alone:
-                remove_stale_sockets(directory)
-            else:  # the sockets there are the other instance's
-                make_subdirectory(directory)
+            self._reconciler.name_sockets_after(self._place.instance)
+            # Beside another instance, the live sockets there are the other's.
+            remove_stale_sockets(directory, only_dead=not self._place.alone)
             # Before any plugin registers: a listen address in use ends the start at once.
             self._start_exposition()
             self._reconciler.watch_directories()
@@ -182,8 +180,8 @@ class Agent:
             self._observer.config_applied(REJECTED, initial=False)
             return False, str(error)
         problem, taken = self._place.admit(config)
-        if taken:
-            remove_stale_sockets(self._config.agent.device_plugin_dir)
+        if taken:  # the other instance has left; its sockets too, unless it was killed
+            remove_stale_sockets(self._config.agent.device_plugin_dir, only_dead=True)
         if problem is not None:
             self._last_error = problem
             log.error("reload (%s) refused, the previous configuration stays: %s", trigger, problem)
@@ -250,7 +248,7 @@ class Agent:
                     config.kubernetes,
                     self._observer,
                     self._publish_status,
-                    self._place.dra_instance,
+                    self._place.instance,
                 )
             except (OSError, RuntimeError) as error:
                 log.error("DRA driver %s: cannot serve: %s", config.dra.driver, error)

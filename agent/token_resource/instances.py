@@ -1,15 +1,18 @@
 """Whether this agent may run beside another instance of itself, as a DaemonSet rolling with
 ``maxSurge: 1`` runs two on a node for a moment, or must be alone there.
 
-Two instances are safe only for DRA, and only with a 1.33+ kubelet: it keeps a plugin per
-registration socket, calls the newest connected one and keeps the driver while either is
-there; the instances share the prepared claims under a lock (dra.prepared). A kubelet before
-1.33 keeps one plugin per driver and drops the driver when either instance leaves; device-plugin
-endpoints are keyed by resource name, so two instances would take each other's place; and the
-Node's capacity goes to whichever patched it last. An agent that must be alone holds the
-device-plugin directory's lock (host.lock): started for a rollout it waits there, answering
-``status`` (the rollout goes on once it is ready, and the old instance then leaves), else it
-refuses to start beside another.
+Two instances are safe where the node's kubelet keeps a registration per socket and hands over
+to the survivor: for DRA from 1.33 (a plugin per registration socket, the newest connected one
+called, the driver kept while either is there; the instances share the prepared claims under a
+lock, dra.prepared), for device plugins from 1.37 (endpoints keyed by resource and socket path,
+the newest one called, the resource kept while either is connected). Each instance then names
+its sockets after itself. The Node's status needs no kubelet: both instances patch the same
+counts and neither takes them away when it stops. The kubelet's version comes from its Node
+(``status.nodeInfo.kubeletVersion``). An older kubelet keeps one plugin per driver or one
+endpoint per resource, and drops it when either instance leaves: an agent that must be alone
+holds the device-plugin directory's lock (host.lock). Started for a rollout it waits there,
+answering ``status`` (the rollout goes on once it is ready, and the old instance then leaves),
+else it refuses to start beside another.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from token_resource.apiserver.client import ApiClient, KubeError
 from token_resource.apiserver.credentials import load_credentials, node_name
 from token_resource.apiserver.node import kubelet_version
-from token_resource.config.model import DRA, Config, KubernetesSettings
+from token_resource.config.model import DEVICE_PLUGIN, DRA, Config, KubernetesSettings
 from token_resource.host.lock import DirectoryLock, LockError
 from token_resource.observe.report import InstanceReport
 
@@ -33,18 +36,31 @@ log = logging.getLogger(__name__)
 # Set by the DaemonSet to its pod's UID (the downward API): this agent is one of the instances
 # a rollout may run side by side.
 INSTANCE_VARIABLE = "TOKEN_RESOURCE_INSTANCE"
-SIDE_BY_SIDE_SINCE = (1, 33)
+# The advertise modes that go through the kubelet, the first release that takes two instances
+# of a plugin, and what an older one keeps instead.
+SIDE_BY_SIDE_SINCE = (
+    (DRA, (1, 33), "one plugin per DRA driver"),
+    (DEVICE_PLUGIN, (1, 37), "one endpoint per device-plugin resource"),
+)
 # Reading the kubelet's version delays the first registration: briefly, or not at all.
 VERSION_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True)
+class KubeletVersion:
+    text: str  # as the Node says it: "v1.37.2"
+    release: tuple[int, int] | None  # None when ``text`` is not a version
 
 
 @dataclass(frozen=True)
 class InstancePlan:
     # $TOKEN_RESOURCE_INSTANCE; None for an agent that is always alone (the host's service).
     instance: str | None
-    # May serve beside another instance (its DRA sockets named after ``instance``).
+    # May serve beside another instance (its sockets named after ``instance``).
     beside: bool
     reason: str
+    # Read for an instance that may be beside another: what a reload may then serve.
+    kubelet: KubeletVersion | None = None
 
     @property
     def waits(self) -> bool:
@@ -66,8 +82,8 @@ class Placement:
         return self._lock.held
 
     @property
-    def dra_instance(self) -> str | None:
-        """The instance to name the DRA sockets after; None for the fixed names."""
+    def instance(self) -> str | None:
+        """The instance to name the sockets after; None for the fixed names."""
         return self._plan.instance if self._plan.beside else None
 
     async def plan(self, config: Config) -> None:
@@ -99,8 +115,10 @@ class Placement:
     def admit(self, config: Config) -> tuple[str | None, bool]:
         """(why ``config`` cannot be served here, whether the lock was just taken for it): an
         agent beside another instance takes what needs it alone only if it is alone now."""
-        needs = alone_because(config)
-        if needs is None or self._lock.held:
+        if self._lock.held or self._plan.kubelet is None:
+            return None, False
+        needs = alone_because(config, self._plan.kubelet)
+        if needs is None:
             return None, False
         try:
             self._lock.acquire()
@@ -116,12 +134,17 @@ class Placement:
         self._lock.release()
 
 
-def alone_because(config: Config) -> str | None:
-    """Why ``config`` needs the agent alone on the node; None if DRA is all it serves."""
-    dra = config.advertised_by(DRA).resources
-    others = sorted(name for name in config.resources if name not in dra)
-    if others:
-        return f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not served by DRA"
+def alone_because(config: Config, kubelet: KubeletVersion) -> str | None:
+    """Why serving ``config`` beside another instance would lose resources on ``kubelet``;
+    None if it would not."""
+    for mode, since, older_keeps in SIDE_BY_SIDE_SINCE:
+        names = sorted(config.advertised_by(mode).resources)
+        if names and (kubelet.release is None or kubelet.release < since):
+            served = f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} served by {mode}"
+            if kubelet.release is None:
+                return f"{served}, and the kubelet's version {kubelet.text!r} is not one"
+            several = f"several from {since[0]}.{since[1]}"
+            return f"{served}, and kubelet {kubelet.text} keeps {older_keeps} ({several})"
     return None
 
 
@@ -129,32 +152,32 @@ async def plan_instances(config: Config, environ: Mapping[str, str] = os.environ
     instance = environ.get(INSTANCE_VARIABLE) or None
     if instance is None:
         return InstancePlan(None, False, f"alone: one agent per node (no ${INSTANCE_VARIABLE})")
-    problem = alone_because(config)
-    if problem is None and not config.resources:
-        problem = "no resources yet"
-    if problem is None:
-        problem = await _kubelet_problem(config.kubernetes)
-    if problem is not None:
-        return InstancePlan(instance, False, f"alone, one instance at a time: {problem}")
-    return InstancePlan(instance, True, "beside another instance during a rollout (DRA only)")
-
-
-async def _kubelet_problem(settings: KubernetesSettings) -> str | None:
-    """Why the node's kubelet cannot take two instances of a driver; None if it can."""
-
-    def read() -> tuple[str, tuple[int, int] | None]:
-        with ApiClient(load_credentials(settings), timeout=VERSION_TIMEOUT) as client:
-            return kubelet_version(client, node_name(settings))
-
+    if not config.resources:
+        return InstancePlan(instance, False, "alone, one instance at a time: no resources yet")
     try:
-        text, version = await asyncio.to_thread(read)
+        kubelet = await _read_kubelet_version(config.kubernetes)
     except (KubeError, OSError) as error:
-        return f"the kubelet's version is unknown ({error})"
-    if version is None:
-        return f"the kubelet's version {text!r} is not one"
-    if version < SIDE_BY_SIDE_SINCE:
-        return f"kubelet {text} keeps one plugin per DRA driver (two from 1.33)"
+        reason = f"alone, one instance at a time: the kubelet's version is unknown ({error})"
+        return InstancePlan(instance, False, reason)
+    problem = alone_because(config, kubelet)
+    if problem is not None:
+        return InstancePlan(instance, False, f"alone, one instance at a time: {problem}", kubelet)
     log.info(
-        "kubelet %s takes two instances of a DRA driver: this one may run beside another", text
+        "kubelet %s takes two instances of a plugin: this one may run beside another", kubelet.text
     )
-    return None
+    return InstancePlan(
+        instance,
+        True,
+        f"beside another instance during a rollout (kubelet {kubelet.text})",
+        kubelet,
+    )
+
+
+async def _read_kubelet_version(settings: KubernetesSettings) -> KubeletVersion:
+    """The version the node's kubelet wrote into its Node; KubeError or OSError if unread."""
+
+    def read() -> KubeletVersion:
+        with ApiClient(load_credentials(settings), timeout=VERSION_TIMEOUT) as client:
+            return KubeletVersion(*kubelet_version(client, node_name(settings)))
+
+    return await asyncio.to_thread(read)

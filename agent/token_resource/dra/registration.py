@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import grpc
 import grpc.aio
 
 from token_resource.config.model import DraSettings
+from token_resource.host.listeners import nobody_listens
 from token_resource.protocol import pluginregistration_pb2 as pb
 from token_resource.protocol.dra import SUPPORTED_VERSIONS
 from token_resource.protocol.pluginregistration import DRA_PLUGIN_TYPE, registration_handler
@@ -74,7 +74,7 @@ def remove_dead_sockets(settings: DraSettings) -> list[Path]:
         *settings.driver_dir.glob("dra.sock"),
         *settings.driver_dir.glob("dra-*.sock"),
     ]
-    removed = [path for path in candidates if _refuses(path)]
+    removed = [path for path in candidates if nobody_listens(path)]
     for path in removed:
         path.unlink(missing_ok=True)
         log.info("removed %s: nobody serves it any more", path)
@@ -93,23 +93,9 @@ def newer_instance(settings: DraSettings, own: Path) -> Path | None:
             newer = path != own and path.lstat().st_mtime_ns > mine
         except FileNotFoundError:
             continue
-        if newer and path.is_socket() and not _refuses(path):
+        if newer and path.is_socket() and not nobody_listens(path):
             return path
     return None
-
-
-def _refuses(path: Path) -> bool:
-    if not path.is_socket():
-        return False  # connect() is refused for other files too
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except ConnectionRefusedError:
-            return True
-        except OSError:
-            return False  # not a socket, or not ours to judge
-    return False
 
 
 class Registration:

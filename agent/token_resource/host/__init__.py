@@ -2,6 +2,6 @@
 
 systemd's notification socket (``notify``), the journal (``logs``), the operator's
 ``token-resource reload``/``status`` (``control``), inotify (``fswatch``), the lock that
-keeps one agent per directory (``lock``) and the C library's allocator (``memory``). It
-imports nothing of the agent's own but ``_compat``.
+keeps one agent per directory (``lock``), sockets whose server is gone (``listeners``) and the
+C library's allocator (``memory``). It imports nothing of the agent's own but ``_compat``.
 """

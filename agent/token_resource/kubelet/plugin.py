@@ -40,6 +40,7 @@ class PluginServer:
         self._observer = observer
         self.pool = TokenPool(spec.count)
         self.layout = layout
+        self._generation = 1
         self.endpoint = layout.endpoint(spec.name)
         self.path = layout.device_plugin_dir / self.endpoint
         self.log = logging.getLogger(f"{__name__}.{spec.name}")
@@ -49,6 +50,9 @@ class PluginServer:
         self._servicer: TokenServicer | None = None
         self._inode: int | None = None
         self._lifecycle = asyncio.Lock()
+        # Set by stop(): a serve still waiting for the lifecycle lock (shielded from the
+        # cancellation that came with the stop) then serves nothing.
+        self._stopped = False
 
     def update(self, spec: ResourceSpec) -> None:
         """Apply new settings in place; open ListAndWatch streams get the new list."""
@@ -87,6 +91,18 @@ class PluginServer:
             if not self.socket_intact():
                 await self._serve()
 
+    async def serve_elsewhere(self) -> None:
+        """Serve on a socket of a new name, the old one removed: the kubelet will not take the
+        old name again."""
+        async with self._lifecycle:
+            if self._stopped:
+                return
+            await self._stop_and_unlink()
+            self._generation += 1
+            self.endpoint = self.layout.endpoint(self.spec.name, self._generation)
+            self.path = self.layout.device_plugin_dir / self.endpoint
+            await self._serve()
+
     def next_stream(self) -> asyncio.Event:
         """An event set when the kubelet next opens a ListAndWatch stream on this server."""
         return self._stream_opened
@@ -101,6 +117,8 @@ class PluginServer:
             pass
 
     async def _serve(self) -> None:
+        if self._stopped:
+            return
         await self._stop_server()
         servicer = TokenServicer(
             self.pool, lambda: self.spec, self.log, self._observer, self._opened_stream
@@ -119,10 +137,14 @@ class PluginServer:
     async def stop(self) -> None:
         """Stop serving and remove the socket, if it is still ours."""
         async with self._lifecycle:
-            intact = self.socket_intact()
-            await self._stop_server()
-            if intact:
-                self.path.unlink(missing_ok=True)
+            self._stopped = True
+            await self._stop_and_unlink()
+
+    async def _stop_and_unlink(self) -> None:
+        intact = self.socket_intact()
+        await self._stop_server()
+        if intact:
+            self.path.unlink(missing_ok=True)
 
     async def _stop_server(self) -> None:
         if self._server is not None and self._servicer is not None:

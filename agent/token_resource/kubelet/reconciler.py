@@ -96,6 +96,11 @@ class Reconciler:
         # Changes of the set of servers (apply, the fallback) one at a time.
         self._changing = asyncio.Lock()
 
+    def name_sockets_after(self, instance: str | None) -> None:
+        """Before the first apply: the instance to put in every socket's name (an agent beside
+        another), or None for the fixed names."""
+        self.layout = SocketLayout(self._directory, instance=instance)
+
     def kubelet_present(self) -> bool:
         """Whether a kubelet accepts calls on kubelet.sock (not merely a file left there)."""
         return self._kubelet.accepting()
@@ -256,7 +261,8 @@ class Reconciler:
         self._register_soon(plugin)
 
     async def _stop(self, plugin: _Plugin) -> None:
-        del self._plugins[plugin.server.spec.name], self._by_endpoint[plugin.server.endpoint]
+        del self._plugins[plugin.server.spec.name]
+        self._by_endpoint.pop(plugin.server.endpoint, None)
         self._names = None
         self._cancel_registration(plugin)
         self._set_registered(plugin, False)
@@ -302,10 +308,21 @@ class Reconciler:
                 opened = server.next_stream()
                 await client.register(server.endpoint, server.spec.name)
             except RegistrationError as error:
-                if error.answered and self.layout.subdirectory:
+                if error.already_connected:
+                    refused = server.endpoint
+                    await asyncio.shield(self._serve_elsewhere(plugin))
+                    server.log.warning(
+                        "the kubelet will not take %s again (%s): registering %s in %.2f s",
+                        refused,
+                        error,
+                        server.endpoint,
+                        delay,
+                    )
+                elif error.answered and self.layout.subdirectory:
                     self._fall_back(f"it refused {server.endpoint}: {error}")
                     return
-                server.log.warning("registration failed, retrying in %.2f s: %s", delay, error)
+                else:
+                    server.log.warning("registration failed, retrying in %.2f s: %s", delay, error)
             except (OSError, RuntimeError) as error:
                 server.log.warning("registration failed, retrying in %.2f s: %s", delay, error)
             else:
@@ -314,6 +331,13 @@ class Reconciler:
             self._observer.registration_failed(server.spec.name)
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RETRY_DELAY)
+
+    async def _serve_elsewhere(self, plugin: _Plugin) -> None:
+        old = plugin.server.endpoint
+        await plugin.server.serve_elsewhere()
+        self._by_endpoint.pop(old, None)
+        if self._plugins.get(plugin.server.spec.name) is plugin:
+            self._by_endpoint[plugin.server.endpoint] = plugin
 
     def _registered_now(self, plugin: _Plugin, opened: asyncio.Event) -> None:
         server = plugin.server
@@ -359,7 +383,7 @@ class Reconciler:
             reason,
             self._directory,
         )
-        self.layout = SocketLayout(self._directory, subdirectory=False)
+        self.layout = SocketLayout(self._directory, False, self.layout.instance)
         self._on_change()
         self._fallback = asyncio.ensure_future(self._move_servers())
 

@@ -18,6 +18,8 @@ REGISTER_TIMEOUT = 15.0
 _UNREACHED = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
 )
+# A 1.37+ kubelet's refusal of a socket path it counts as connected (ManagerImpl.PluginConnected).
+_ALREADY_CONNECTED = "device plugin already connected"
 
 
 class RegistrationError(Exception):
@@ -27,6 +29,10 @@ class RegistrationError(Exception):
         super().__init__(reason)
         # True when the kubelet itself refused the request (not unreachable, not too slow).
         self.answered = answered
+        # The kubelet holds an endpoint at that socket path already. A 1.37 kubelet refuses the
+        # path from then on: its refusal also forgets the client it had there, so that client's
+        # end never frees the path (devicemanager/plugin/v1beta1/handler.go, deregisterClient).
+        self.already_connected = answered and _ALREADY_CONNECTED in reason
 
 
 class KubeletClient:

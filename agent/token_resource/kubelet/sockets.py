@@ -8,6 +8,11 @@ at start skips directories, so the sockets and their servers survive a kubelet r
 need registering again. A kubelet that will not take such an endpoint gets the top-level
 layout instead (``token-resource.example.com_token.sock`` beside ``kubelet.sock``), which it
 wipes at every start.
+
+An instance that runs beside another (a rollout on a 1.37+ kubelet, which keys endpoints by
+resource and socket path) puts its instance in every name
+(``token-resource/example.com_token-<instance>.sock``), so that neither replaces or removes the
+other's; a name the kubelet will not take again gets a generation (``….2.sock``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from token_resource.host.listeners import nobody_listens
 
 log = logging.getLogger(__name__)
 
@@ -36,19 +43,23 @@ class SocketPathError(ValueError):
     """The device-plugin directory leaves no room for a socket name."""
 
 
-def socket_name(resource_name: str, directory: Path, prefix: str = PREFIX) -> str:
-    """A file name unique to the resource, the same on every run, and recognisably ours.
+def socket_name(
+    resource_name: str, directory: Path, prefix: str = PREFIX, qualifier: str = ""
+) -> str:
+    """A file name unique to the resource (and ``qualifier``), the same on every run, and
+    recognisably ours.
 
-    ``example.com/token`` → ``<prefix>example.com_token.sock``. The domain part of an extended
-    resource name cannot hold ``_``, so replacing the one ``/`` keeps names distinct. Names too
-    long for a unix socket path in ``directory`` are shortened and made unique by a hash.
+    ``example.com/token`` → ``<prefix>example.com_token<qualifier>.sock``. The domain part of
+    an extended resource name cannot hold ``_``, so replacing the one ``/`` keeps names
+    distinct. Names too long for a unix socket path in ``directory`` are shortened and made
+    unique by a hash.
     """
-    readable = resource_name.replace("/", "_")
+    readable = resource_name.replace("/", "_") + qualifier
     room = MAX_SOCKET_PATH - len(os.fsencode(directory)) - 1
     name = f"{prefix}{readable}{SUFFIX}"
     if len(name.encode()) <= room:
         return name
-    digest = hashlib.sha256(resource_name.encode()).hexdigest()[:_HASH_LENGTH]
+    digest = hashlib.sha256((resource_name + qualifier).encode()).hexdigest()[:_HASH_LENGTH]
     keep = room - len(prefix) - len(SUFFIX) - len(digest) - 1
     if keep < 0:
         raise SocketPathError(
@@ -64,6 +75,8 @@ class SocketLayout:
 
     device_plugin_dir: Path
     subdirectory: bool = True
+    # Named into every socket of an instance beside another; None for the fixed names.
+    instance: str | None = None
 
     @property
     def directory(self) -> Path:
@@ -75,9 +88,13 @@ class SocketLayout:
     def prefix(self) -> str:
         return "" if self.subdirectory else PREFIX
 
-    def endpoint(self, resource_name: str) -> str:
-        """What Register names: the socket's path relative to the device-plugin directory."""
-        name = socket_name(resource_name, self.directory, self.prefix)
+    def endpoint(self, resource_name: str, generation: int = 1) -> str:
+        """What Register names: the socket's path relative to the device-plugin directory.
+        ``generation``: counted up each time the kubelet refuses the name (1: the plain one)."""
+        qualifier = "" if self.instance is None else f"-{self.instance}"
+        if generation > 1:
+            qualifier += f".{generation}"
+        name = socket_name(resource_name, self.directory, self.prefix, qualifier)
         return f"{SUBDIRECTORY}/{name}" if self.subdirectory else name
 
     def owns(self, name: str) -> bool:
@@ -105,12 +122,16 @@ def _is_socket(path: Path) -> bool:
         return False
 
 
-def remove_stale_sockets(directory: Path) -> list[str]:
+def remove_stale_sockets(directory: Path, *, only_dead: bool = False) -> list[str]:
     """Remove the sockets an earlier run left behind, in both layouts (a restart may follow a
-    fallback), and make the agent's subdirectory. Only call while holding the agent lock."""
+    fallback), and make the agent's subdirectory. Every one of them for an agent alone on the
+    node (holding the agent lock); ``only_dead``, for an instance beside another, those nobody
+    listens on any more (an instance killed before it could remove them), never the other's."""
     removed = [path for path in sorted(directory.iterdir()) if is_agent_socket(path)]
     subdirectory = make_subdirectory(directory)
     removed += [path for path in sorted(subdirectory.iterdir()) if _is_socket(path)]
+    if only_dead:
+        removed = [path for path in removed if nobody_listens(path)]
     for path in removed:
         path.unlink(missing_ok=True)
     if removed:
