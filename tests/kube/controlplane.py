@@ -38,6 +38,8 @@ HOST = "127.0.0.1"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 STARTUP_TIMEOUT = 120.0  # a busy 2-core CI machine: etcd and the API server's first start
 NODE_CAPACITY = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+# What a kubelet of the control plane's release writes into its Node.
+KUBELET_VERSION = "v1.37.2"
 # Controllers a cluster without kubelets can do without: node-lifecycle taints every Node whose
 # kubelet never posts a heartbeat (node.kubernetes.io/unreachable, then evicts its pods);
 # add_node removes the not-ready taint it would have removed.
@@ -313,9 +315,15 @@ class ControlPlane(ClientConfigMixin):
             raise AssertionError(f"POST {collection}: {status} {answer}")
         return answer
 
-    def add_node(self, name: str, capacity: Mapping[str, str] = NODE_CAPACITY) -> Any:
-        """A Node as a kubelet registers it: capacity, allocatable and Ready, so the scheduler
-        places pods on it. Status is a subresource: it is written by a second request."""
+    def add_node(
+        self,
+        name: str,
+        capacity: Mapping[str, str] = NODE_CAPACITY,
+        kubelet_version: str = KUBELET_VERSION,
+    ) -> Any:
+        """A Node as a kubelet of ``kubelet_version`` registers it: capacity, allocatable, its
+        version and Ready, so the scheduler places pods on it. Status is a subresource: it is
+        written by a second request."""
         self.admin.create(
             "/api/v1/nodes",
             {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}},
@@ -324,6 +332,7 @@ class ControlPlane(ClientConfigMixin):
         status = {
             "capacity": dict(capacity),
             "allocatable": dict(capacity),
+            "nodeInfo": {"kubeletVersion": kubelet_version},
             "conditions": [
                 {
                     "type": "Ready",

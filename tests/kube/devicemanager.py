@@ -92,6 +92,10 @@ class DeviceManager:
         capacity: Counts = seen["capacity"]
         return capacity
 
+    def allocatable_seen(self) -> list[Counts]:
+        """Every allocatable the program saw, in order (asked every 2 ms)."""
+        return list(self.program.events("allocatable"))
+
     def admit(self, pod: str, containers: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
         result: dict[str, Any] = self.program.call("admit", pod=pod, containers=containers)
         return result

@@ -26,7 +26,9 @@
 //	delete {pod}               the pod is no longer active (its devices are freed at the next allocation)
 //
 // Events: "pod_update" {"pods": [uid...]}, the manager's Updates(): pods whose devices changed
-// health.
+// health; "allocatable" {name: n}, GetCapacity's allocatable whenever it differs from the last
+// one seen (asked every few milliseconds, so that a resource that drops to 0 for a moment is
+// seen doing so).
 package devicemanager
 
 import (
@@ -35,9 +37,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -157,6 +161,7 @@ func (p *program) start(json.RawMessage) (any, error) {
 	}
 	done := make(chan struct{})
 	go reportUpdates(parts.Updates(), done)
+	go p.reportAllocatable(parts, done)
 	p.mutex.Lock()
 	p.parts, p.done = parts, done
 	p.mutex.Unlock()
@@ -170,6 +175,28 @@ func reportUpdates(updates <-chan resourceupdates.Update, done <-chan struct{}) 
 			uids := append([]string(nil), update.PodUIDs...)
 			sort.Strings(uids)
 			lines.Event("pod_update", map[string][]string{"pods": uids})
+		case <-done:
+			return
+		}
+	}
+}
+
+// allocatableEvery: far shorter than any registration, so no drop to 0 goes unseen.
+const allocatableEvery = 2 * time.Millisecond
+
+func (p *program) reportAllocatable(parts Parts, done <-chan struct{}) {
+	ticker := time.NewTicker(allocatableEvery)
+	defer ticker.Stop()
+	var last map[string]int64
+	for {
+		select {
+		case <-ticker.C:
+			_, allocatable, _ := parts.Capacity(p.logger)
+			seen := counts(allocatable)
+			if !maps.Equal(seen, last) {
+				lines.Event("allocatable", seen)
+				last = seen
+			}
 		case <-done:
 			return
 		}
