@@ -24,7 +24,12 @@ from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import KubernetesSettings
 
 REPO = Path(__file__).resolve().parents[1]
-RBAC = REPO / "deploy" / "kubernetes" / "overlays" / "dra" / "rbac.yaml"
+# The base's ClusterRole (read Nodes) and the overlay's (slices, claims), both bound to the
+# DaemonSet's ServiceAccount.
+RBAC = (
+    REPO / "deploy" / "kubernetes" / "base" / "agent" / "rbac.yaml",
+    REPO / "deploy" / "kubernetes" / "overlays" / "dra" / "rbac.yaml",
+)
 ACCOUNT = "system:serviceaccount:token-resource:token-resource"
 NODE = "node-a"
 DRIVER = "tokens.example.com"
@@ -32,12 +37,17 @@ IN_CLUSTER = KubernetesSettings(in_cluster=True)
 
 
 def overlay_rules() -> list[Rule]:
-    """The ClusterRole the DaemonSet's ServiceAccount is bound to, as RBAC rules."""
-    [role] = [
-        item for item in yaml.safe_load_all(RBAC.read_text()) if item["kind"] == "ClusterRole"
+    """The ClusterRoles the DaemonSet's ServiceAccount is bound to, as RBAC rules."""
+    roles = [
+        item
+        for path in RBAC
+        for item in yaml.safe_load_all(path.read_text())
+        if item["kind"] == "ClusterRole"
     ]
+    assert len(roles) == len(RBAC)
     return [
         Rule(tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(rule["verbs"]))
+        for role in roles
         for rule in role["rules"]
     ]
 

@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -241,10 +241,12 @@ def pod_spec(obj: Object) -> dict[str, Any] | None:
 
 
 def rename(prefix: str, suffix: str, objects: dict[tuple[str, str, str], Object]) -> None:
-    """namePrefix/nameSuffix, and the pod specs' ConfigMap volumes follow their ConfigMaps."""
+    """namePrefix/nameSuffix, and what refers to a renamed object follows it: the pod specs'
+    ConfigMap volumes and ServiceAccount, the bindings' subjects and role."""
     if not prefix and not suffix:
         return
-    renamed: dict[tuple[str, str], str] = {}
+    # (kind, namespace, old name) -> new name; cluster-scoped objects have no namespace.
+    renamed: dict[tuple[str, str, str], str] = {}
     for obj in list(objects.values()):
         if obj["kind"] in NOT_RENAMED:
             continue
@@ -253,22 +255,44 @@ def rename(prefix: str, suffix: str, objects: dict[tuple[str, str, str], Object]
         obj["metadata"]["name"] = new
         del objects[(kind, namespace, name)]
         objects[(kind, namespace, new)] = obj
-        if kind == "ConfigMap":
-            renamed[(namespace, name)] = new
+        renamed[(kind, namespace, name)] = new
+
+    def follow(kind: str, namespace: str, name: str) -> str:
+        return renamed.get((kind, namespace, name), name)
+
     for obj in objects.values():
+        if obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            role = obj["roleRef"]
+            scope = "" if role["kind"] == "ClusterRole" else obj["metadata"].get("namespace", "")
+            role["name"] = follow(role["kind"], scope, role["name"])
+            for subject in obj.get("subjects", []):
+                if subject["kind"] == "ServiceAccount":
+                    subject["name"] = follow(
+                        "ServiceAccount", subject["namespace"], subject["name"]
+                    )
         spec = pod_spec(obj)
-        if spec is None:
-            continue
-        namespace = obj["metadata"].get("namespace", "")
-        for volume in spec.get("volumes", []):
-            if "projected" in volume:
-                raise Unsupported("projected volumes' ConfigMap references")
-            if "configMap" in volume:
-                reference = volume["configMap"]
-                reference["name"] = renamed.get((namespace, reference["name"]), reference["name"])
-        for container in spec.get("containers", []) + spec.get("initContainers", []):
-            if container.get("envFrom") or any("valueFrom" in e for e in container.get("env", [])):
-                raise Unsupported("ConfigMap references from environment variables")
+        if spec is not None:
+            follow_from_pod_spec(spec, obj["metadata"].get("namespace", ""), follow)
+
+
+def follow_from_pod_spec(
+    spec: dict[str, Any], namespace: str, follow: Callable[[str, str, str], str]
+) -> None:
+    """A pod spec's ServiceAccount and ConfigMap volumes named as ``follow`` renames them."""
+    if "serviceAccountName" in spec:
+        spec["serviceAccountName"] = follow("ServiceAccount", namespace, spec["serviceAccountName"])
+    for volume in spec.get("volumes", []):
+        if "projected" in volume:
+            raise Unsupported("projected volumes' ConfigMap references")
+        if "configMap" in volume:
+            reference = volume["configMap"]
+            reference["name"] = follow("ConfigMap", namespace, reference["name"])
+    for container in spec.get("containers", []) + spec.get("initContainers", []):
+        # The downward API's fieldRef names no object; the others would have to follow.
+        if container.get("envFrom") or any(
+            set(e.get("valueFrom", {})) - {"fieldRef"} for e in container.get("env", [])
+        ):
+            raise Unsupported("ConfigMap or Secret references from environment variables")
 
 
 def split_image(image: str) -> tuple[str, str]:
@@ -316,6 +340,13 @@ def rendered(kustomization: str) -> list[Object]:
 
 def of_kind(objects: list[Object], kind: str) -> list[Object]:
     return [obj for obj in objects if obj["kind"] == kind]
+
+
+def kind_of(objects: list[Object], kind: str, name: str) -> Object:
+    """The object of that kind and name; AssertionError if there is none."""
+    found = [obj for obj in of_kind(objects, kind) if obj["metadata"]["name"] == name]
+    assert len(found) == 1, f"{len(found)} {kind} objects named {name}"
+    return found[0]
 
 
 def config_maps(objects: list[Object]) -> dict[tuple[str, str], Object]:
@@ -546,10 +577,13 @@ def test_every_daemonset_runs_the_agent_on_its_configmap_and_probes_its_control_
         config = agent_config(objects, daemon_set)
         assert config.agent.device_plugin_dir == DEFAULT_DEVICE_PLUGIN_DIR, kustomization
         assert config.resources, kustomization
-        # API access only with a ServiceAccount that allows it (node-status is not set up).
+        # Every agent reads its Node's kubeletVersion (for rollouts) with the pod's
+        # ServiceAccount, which rbac.yaml allows; node-status is not set up.
         spec = daemon_set["spec"]["template"]["spec"]
-        assert config.uses_api_server == (kustomization == DRA_OVERLAY), kustomization
-        assert spec["automountServiceAccountToken"] is config.uses_api_server, kustomization
+        assert config.uses_api_server, kustomization
+        assert config.kubernetes.in_cluster, kustomization
+        assert spec["automountServiceAccountToken"] is True, kustomization
+        kind_of(objects, "ServiceAccount", spec["serviceAccountName"])
         # No node-status resources: the pods get no credentials that could write a Node.
         assert "node-status" not in {spec.advertise for spec in config.resources.values()}
 
@@ -577,16 +611,14 @@ def test_every_daemonset_is_node_critical_tolerates_every_taint_and_rolls() -> N
         assert tolerated == {(None, "Exists", "NoSchedule"), (None, "Exists", "NoExecute")}
         strategy = daemon_set["spec"]["updateStrategy"]
         assert strategy["type"] == "RollingUpdate"
-        env = {item["name"]: item for item in the_container(daemon_set).get("env", ())}
-        if "TOKEN_RESOURCE_INSTANCE" in env:
-            # Each pod an instance of its own: the new one starts before the old one stops.
-            assert env["TOKEN_RESOURCE_INSTANCE"]["valueFrom"]["fieldRef"] == {
-                "fieldPath": "metadata.uid"
-            }
-            assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
-        else:
-            # Device-plugin agents cannot share a node: a surge pod would fail on the lock.
-            assert strategy["rollingUpdate"]["maxSurge"] == 0, kustomization
+        env = {item["name"]: item for item in the_container(daemon_set)["env"]}
+        # Each pod an instance of its own: the new one starts before the old one stops (and
+        # waits for it on a kubelet that takes only one, instances.py).
+        assert env["TOKEN_RESOURCE_INSTANCE"]["valueFrom"]["fieldRef"] == {
+            "fieldPath": "metadata.uid"
+        }
+        assert env["NODE_NAME"]["valueFrom"]["fieldRef"] == {"fieldPath": "spec.nodeName"}
+        assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}, kustomization
 
 
 def bench_rss_mib(resources: int) -> float:
@@ -735,28 +767,43 @@ def test_the_dra_overlay_serves_its_resources_through_dra_with_the_mounts_they_n
     assert spec["serviceAccountName"] == account["metadata"]["name"]
 
 
+def granted(objects: list[Object], account: Object) -> dict[tuple[str, str], set[str]]:
+    """What the ClusterRoles bound to ``account`` allow: (API group, resource) -> verbs."""
+    subject = {
+        "kind": "ServiceAccount",
+        "name": account["metadata"]["name"],
+        "namespace": account["metadata"]["namespace"],
+    }
+    roles = {role["metadata"]["name"]: role for role in of_kind(objects, "ClusterRole")}
+    allowed: dict[tuple[str, str], set[str]] = {}
+    for binding in of_kind(objects, "ClusterRoleBinding"):
+        if subject in binding["subjects"]:
+            for rule in roles[binding["roleRef"]["name"]]["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        allowed.setdefault((group, resource), set()).update(rule["verbs"])
+    return allowed
+
+
+def test_every_agent_may_read_nodes_and_nothing_more() -> None:
+    for kustomization, objects, daemon_set in daemon_sets():
+        if kustomization == DRA_OVERLAY:
+            continue
+        spec = daemon_set["spec"]["template"]["spec"]
+        account = kind_of(objects, "ServiceAccount", spec["serviceAccountName"])
+        assert granted(objects, account) == {("", "nodes"): {"get"}}, kustomization
+
+
 def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
     objects = rendered(DRA_OVERLAY)
-    [role] = of_kind(objects, "ClusterRole")
-    allowed = {
-        (group, resource): set(rule["verbs"])
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-    }
-    assert allowed == {
+    [account] = of_kind(objects, "ServiceAccount")
+    assert granted(objects, account) == {
         ("resource.k8s.io", "resourceslices"): {
             "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"
         },
         ("resource.k8s.io", "resourceclaims"): {"get"},
         ("", "nodes"): {"get"},
     }  # fmt: skip
-    [binding] = of_kind(objects, "ClusterRoleBinding")
-    [account] = of_kind(objects, "ServiceAccount")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "token-resource", "namespace": "token-resource"}
-    ]
     assert account["metadata"]["namespace"] == "token-resource"
     # Each agent held to its own node's slices, for the account the pods run as.
     [policy] = of_kind(objects, "ValidatingAdmissionPolicy")
