@@ -33,7 +33,6 @@ from tests.standin.apiserver.certificates import CertificateAuthority, KeyPair, 
 from tests.standin.apiserver.kubeconfig import ClientConfigMixin
 
 ETCD = Path("/usr/bin/etcd")
-KUBECTL = "kubectl"
 HOST = "127.0.0.1"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 STARTUP_TIMEOUT = 120.0  # a busy 2-core CI machine: etcd and the API server's first start
@@ -285,12 +284,13 @@ class ControlPlane(ClientConfigMixin):
         return token
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        """The real kubectl (the machine's, /usr/bin/kubectl) as the admin; fails on an error."""
+        """The release's real kubectl (tests/kube/go/v1.37/kubectl) as the admin; fails on an
+        error."""
         kubeconfig = self.directory / "admin.kubeconfig"
         if not kubeconfig.exists():
             self.admin_kubeconfig(kubeconfig)
         done = subprocess.run(
-            [KUBECTL, f"--kubeconfig={kubeconfig}", *args],
+            [program(CONTROL_PLANE_RELEASE, "kubectl"), f"--kubeconfig={kubeconfig}", *args],
             input=stdin,
             capture_output=True,
             text=True,

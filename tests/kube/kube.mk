@@ -3,7 +3,9 @@
 # k8s.io/kubernetes as a library. Included from the Makefile.
 #
 #   make kube-programs   -> $(KUBE_BIN)/v<release>/<program>, once: Go's module and build
-#                           caches make a second run a few seconds of checking
+#                           caches make a second run a few seconds of checking. Each
+#                           program says the k8s.io/kubernetes version it was built from
+#                           (`kubectl version`, the API server's /version).
 #   make kube-test       -> tests/kube against them
 #
 # Needs Go 1.26 or newer (the k8s.io/kubernetes modules' own floor) and Debian's etcd-server.
@@ -18,7 +20,11 @@ kube-programs:
 	@command -v go >/dev/null || { echo "kube-programs: Go 1.26 or newer is needed on PATH" >&2; exit 1; }
 	for release in $(KUBE_RELEASES); do \
 		echo "kube-programs: Kubernetes $$release"; \
-		(cd tests/kube/go/v$$release && go build -trimpath -buildvcs=false -o $(KUBE_BIN)/v$$release/ ./...) || exit 1; \
+		(cd tests/kube/go/v$$release && \
+		 version=$$(go list -m -f '{{.Version}}' k8s.io/kubernetes) && \
+		 go build -trimpath -buildvcs=false \
+			-ldflags "-X k8s.io/component-base/version.gitVersion=$$version" \
+			-o $(KUBE_BIN)/v$$release/ ./...) || exit 1; \
 	done
 
 kube-test: kube-programs $(NEWEST)/.installed

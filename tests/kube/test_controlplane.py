@@ -15,6 +15,7 @@ import pytest
 from tests.harness import AgentProcess
 from tests.kube.client import wait_until
 from tests.kube.controlplane import ControlPlane
+from tests.test_manifests import DEPLOY, KUSTOMIZATIONS
 
 ANNOTATION = "token-resource/extended-resources"
 DONGLE, SEAT, FOREIGN = "example.com/dongle", "example.com/seat", "other.example/thing"
@@ -119,3 +120,19 @@ def test_a_node_identity_may_not_patch_another_nodes_status(control_plane: Contr
         "PATCH", "/api/v1/nodes/cp-status-a/status", patch, "application/json-patch+json"
     )
     assert status == 200, answer
+
+
+def test_every_kustomization_passes_the_real_api_servers_validation(
+    control_plane: ControlPlane,
+) -> None:
+    """Each of deploy/kubernetes's kustomizations, rendered by the real kubectl's kustomize and
+    checked by the real API server (a server-side dry run: nothing is created), in the
+    namespace it creates."""
+    control_plane.kubectl("apply", "-f", str(DEPLOY / "base" / "namespace" / "namespace.yaml"))
+    for kustomization in KUSTOMIZATIONS:
+        printed = control_plane.kubectl(
+            "apply", "--dry-run=server", "-k", str(DEPLOY / kustomization)
+        )
+        lines = printed.splitlines()
+        assert lines, kustomization
+        assert all(line.endswith("(server dry run)") for line in lines), (kustomization, printed)

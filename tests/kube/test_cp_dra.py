@@ -20,6 +20,8 @@ from tests.paths import short_temporary_directory
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "deploy" / "kubernetes" / "overlays" / "dra"
 NAMESPACE_YAML = ROOT / "deploy" / "kubernetes" / "base" / "namespace" / "namespace.yaml"
+# The base's ServiceAccount, which may read Nodes; the overlay grants it the rest.
+BASE_RBAC = ROOT / "deploy" / "kubernetes" / "base" / "agent" / "rbac.yaml"
 TOKEN = "example.com/token"
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICES = f"{RESOURCE_API}/resourceslices"
@@ -202,7 +204,7 @@ def test_the_shipped_admission_policy_holds_the_daemonsets_account_to_its_node(
     own, other, driver = "cp-policy-a", "cp-policy-b", "policy.example.com"
     for node in (own, other):
         control_plane.add_node(node)
-    for manifest in (NAMESPACE_YAML, OVERLAY / "rbac.yaml", OVERLAY / "admission.yaml"):
+    for manifest in (NAMESPACE_YAML, BASE_RBAC, OVERLAY / "rbac.yaml", OVERLAY / "admission.yaml"):
         control_plane.kubectl("apply", "-f", str(manifest))
     token = control_plane.service_account_token("token-resource", "token-resource", own)
     agent_account = control_plane.client(token=token)

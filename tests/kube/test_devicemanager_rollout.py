@@ -14,6 +14,7 @@ from pathlib import Path
 from tests.harness import AgentProcess, agent_sockets
 from tests.kube.controlplane import ControlPlane
 from tests.kube.devicemanager import DeviceManager, host_mounts
+from tests.kube.test_cp_dra import BASE_RBAC, NAMESPACE_YAML
 from tests.test_dra import status_json
 from token_resource.kubelet.registration import KubeletClient, RegistrationError
 
@@ -51,9 +52,14 @@ def two_agents(tmp_path: Path, directory: Path) -> Iterator[tuple[AgentProcess, 
 
 def node_config(control_plane: ControlPlane, node: str, tmp_path: Path, kubelet: str) -> str:
     """The agent's config on a Node whose kubelet says it is ``kubelet``: one device-plugin
-    resource, and the API server to read that version from."""
+    resource, and the API server to read that version from with the base DaemonSet's
+    ServiceAccount (deploy/kubernetes/base/agent/rbac.yaml, applied by kubectl), its token
+    bound to a pod on the node."""
     control_plane.add_node(node, kubelet_version=kubelet)
-    kubeconfig = control_plane.node_kubeconfig(node, tmp_path / "kubeconfig")
+    for manifest in (NAMESPACE_YAML, BASE_RBAC):
+        control_plane.kubectl("apply", "-f", str(manifest))
+    token = control_plane.service_account_token("token-resource", "token-resource", node)
+    kubeconfig = control_plane.token_kubeconfig(token, tmp_path / "kubeconfig")
     return (
         f'[kubernetes]\nkubeconfig = "{kubeconfig}"\nnode_name = "{node}"\n'
         f'[resources]\n"{TOKEN}" = 3\n'
