@@ -499,10 +499,19 @@ class WatchedDraPlugin(FakeDraPlugin):
     """A FakeDraPlugin that notes every call reaching its DRA socket, served or not (a generic
     handler, asked first, that serves none), and with ``health`` serves both versions of the
     health service: each stream sends every response of ``send_health`` so far, then each new
-    one, until the kubelet ends it."""
+    one, until the kubelet ends it; or, with ``health_failure``, fails at once with that code."""
 
-    def __init__(self, registry: Path, directory: Path, *, health: bool = False, **options: Any):
-        self.health = health
+    def __init__(
+        self,
+        registry: Path,
+        directory: Path,
+        *,
+        health: bool = False,
+        health_failure: grpc.StatusCode | None = None,
+        **options: Any,
+    ):
+        self.health = health or health_failure is not None
+        self.health_failure = health_failure
         self.calls: list[tuple[float, str]] = []  # (time.monotonic(), method path)
         self.health_sent: list[health_pb.NodeWatchResourcesResponse] = []
         self.health_opened: list[str] = []  # the method path of each stream
@@ -542,6 +551,8 @@ class WatchedDraPlugin(FakeDraPlugin):
         with self._cond:
             self.health_opened.append(path)
             self._cond.notify_all()
+        if self.health_failure is not None:
+            context.abort(self.health_failure, "no health today")
         sent = 0
         while True:
             with self._cond:
@@ -632,6 +643,58 @@ def test_a_136_kubelet_keeps_watching_the_health_of_a_plugin_that_does_not_serve
             assert kubelet.snapshot().rejected == ()
         finally:
             plugin.stop()
+
+
+def test_a_137_kubelet_stops_watching_a_plugin_that_answers_unimplemented(
+    dirs: tuple[Path, Path, Path], apiserver: ApiServerStandin
+) -> None:
+    """dra_plugin_manager.go ``add``: an Unimplemented end of the stream (logged at V(4), no
+    error) cancels the loop, until the plugin registers again; another error is retried. The
+    other driver's retries are the clock: several intervals pass without a second call."""
+    retry = 0.2
+    with (
+        KubeletStandin(
+            dirs[0],
+            plugins_registry_dir=dirs[1],
+            apiserver=access(apiserver),
+            dra_resource_health="1.37",
+            dra_health_retry=retry,
+        ) as kubelet,
+        short_temporary_directory("tr-p5-") as other,
+    ):
+        lists_health = ("v1.DRAPlugin", "v1.DRAResourceHealth")
+        plugin = WatchedDraPlugin(dirs[1], dirs[2], versions=lists_health)
+        failing = WatchedDraPlugin(
+            dirs[1],
+            other,
+            name="b.sock",
+            driver="b.example.com",
+            versions=lists_health,
+            health_failure=grpc.StatusCode.UNAVAILABLE,
+        )
+        try:
+            view = kubelet.wait_for(lambda v: driver_of(v).plugins[0].health_stopped)
+            view = kubelet.wait_for(lambda v: len(driver_of(v, "b.example.com").health_errors) >= 4)
+            driver, retried = driver_of(view), driver_of(view, "b.example.com")
+            assert (driver.health_streams, driver.health_errors) == (1, ())
+            assert [path for _, path in plugin.watch_calls()] == [V1_WATCH]
+            assert retried.health_errors[0] == (
+                "rpc error: code = Unavailable desc = no health today"
+            )
+            assert not retried.plugins[0].health_stopped
+            assert kubelet.prepare(DRIVER, [("default", "u", "c")]).error is None
+
+            plugin.stop()  # registering again: a new plugin, watched once more
+            kubelet.wait_for(lambda v: not driver_of(v).plugins)
+            plugin = WatchedDraPlugin(dirs[1], dirs[2], versions=lists_health)
+            view = kubelet.wait_for(
+                lambda v: [p.health_stopped for p in driver_of(v).plugins] == [True]
+            )
+            assert driver_of(view).health_streams == 2
+            assert [path for _, path in plugin.watch_calls()] == [V1_WATCH]
+        finally:
+            plugin.stop()
+            failing.stop()
 
 
 def test_the_health_a_plugin_reports_is_kept_per_device_and_updated_by_each_response(

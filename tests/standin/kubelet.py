@@ -10,6 +10,12 @@ real kubelet's (see the project's device-plugin notes); two kubelet generations 
 - ``register_first`` (1.24-era): Register is answered at once and the dial happens afterwards
   (a failure is only logged), and the options come from ``RegisterRequest.options``.
 
+``device_manager`` picks which connections a resource keeps (kubelet_endpoints.py): "1.32",
+the default, one that a Register replaces, its old stream cancelled; "1.36", the real handler
+by resource name, whose replaced client streams on (and its end disconnects its successor);
+"1.37", several endpoints per resource keyed by socket path. It also picks the wipe at start
+(kubelet_rules.py ``clean_directory``: up to 1.32 every file, from 1.33 sockets only).
+
 The endpoint is joined onto the directory unchecked, as both kubelets read do
 (``filepath.Join(socketDir, r.Endpoint)``), so ``sub/plugin.sock`` is a socket in a
 subdirectory, which the wipe at start leaves alone. For the agent's fallback a kubelet that
@@ -55,6 +61,7 @@ from tests.standin.admission import (
     describe_admission,
     write_atomically,
 )
+from tests.standin.kubelet_endpoints import DEVICE_MANAGERS, EndpointBook
 from tests.standin.kubelet_rules import (
     CHECKPOINT,
     JOINED,
@@ -119,7 +126,8 @@ _Response = TypeVar("_Response", bound=Message)
 
 
 class _DialError(Exception):
-    """The kubelet could not connect to a plugin; the text is the kubelet's error."""
+    """The kubelet could not connect to a plugin (dial, options, PluginConnected); the text is
+    the kubelet's error."""
 
 
 class _Stale(Exception):
@@ -133,10 +141,15 @@ class _Link:
     resource: str
     path: Path
     channel: grpc.Channel
+    endpoint: str  # as the Register named it
+    register_options: Options
+    options: Options | None = None  # GetDevicePluginOptions' answer
     call: grpc.CallIterator[pb.ListAndWatchResponse] | None = None
     thread: threading.Thread | None = None
-    # Set under the lock once this is no longer the resource's live connection.
+    # Set under the lock once the kubelet closed it (disconnected, or replaced in "1.32"): its
+    # lists no longer count.
     closed: bool = False
+    ended: bool = False  # its stream ended (set under the lock)
 
 
 class KubeletStandin:
@@ -152,6 +165,7 @@ class KubeletStandin:
         *,
         dial_timeout: float = 10.0,
         register_first: bool = False,
+        device_manager: str = "1.32",
         subdirectory_endpoints: str = JOINED,
         state_file: Path | None = None,
         pods: PodStore | None = None,
@@ -167,7 +181,10 @@ class KubeletStandin:
         dra_resource_health: str | None = "1.36",
         dra_health_retry: float = 5.0,
     ) -> None:
-        """``kubelet.sock`` appears ``socket_after`` seconds after each start, and ``pods``, the
+        """``device_manager``: "1.32", "1.36" or "1.37" (see the module's docstring); with
+        ``register_first`` only "1.32".
+
+        ``kubelet.sock`` appears ``socket_after`` seconds after each start, and ``pods``, the
         pods bound to the node, are admitted ``admit_after`` seconds after it (the kubelet first
         waits for its Node to sync); ``runtime``: which of them still run (default: this
         process's memory). The first start counts from ``started_at`` (time.monotonic()), if
@@ -183,7 +200,10 @@ class KubeletStandin:
         ``dra_health_retry`` seconds after each end of a stream."""
         self.socket_dir = Path(os.path.abspath(socket_dir))
         self._dial_timeout = dial_timeout
+        if device_manager not in DEVICE_MANAGERS or (register_first and device_manager != "1.32"):
+            raise ValueError(f"device_manager: one of {DEVICE_MANAGERS}, 1.32 with register_first")
         self._register_first = register_first
+        self.device_manager = device_manager
         self._subdirectory_endpoints = subdirectory_endpoints
         self._state_file = state_file
         self._pods = pods
@@ -197,7 +217,7 @@ class KubeletStandin:
         self._generation = 0
         self._server: grpc.Server | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._links: dict[str, _Link] = {}  # the live link per resource name
+        self._book = EndpointBook[_Link](device_manager)  # the clients and endpoints it holds
         self._ended: list[_Link] = []  # every link whose thread may not have ended yet
         self._views: dict[str, ResourceView] = {}
         self._rejected: list[str] = []
@@ -247,7 +267,8 @@ class KubeletStandin:
 
     def start(self) -> None:
         """Like a starting kubelet: delete every file in the directory but the checkpoint
-        (plugins' sockets, regular files and symlinks alike; subdirectories stay), read and
+        (up to 1.32 plugins' sockets, regular files and symlinks alike; from 1.33 sockets only;
+        subdirectories stay), read and
         write the checkpoint, then serve Registration on a fresh ``kubelet.sock``. Plugins that
         were serving must notice and register again. With pods, their admission follows in a
         thread of its own."""
@@ -258,7 +279,7 @@ class KubeletStandin:
             if self._server is not None:
                 raise RuntimeError("the kubelet stand-in is already running")
             self.socket_dir.mkdir(parents=True, exist_ok=True)
-            removed = clean_directory(self.socket_dir)
+            removed = clean_directory(self.socket_dir, sockets_only=self.device_manager != "1.32")
             if removed:
                 LOG.info("kubelet starting: removed %s", ", ".join(removed))
             executor = ThreadPoolExecutor(_REGISTER_WORKERS, thread_name_prefix="kubelet-register")
@@ -309,13 +330,15 @@ class KubeletStandin:
                 return
             self._server = self._executor = None
             links, self._ended = self._ended, []
-            self._drop_links()
+            held = self._drop_links(links)
             self._changed("kubelet stopped: every resource has allocatable 0")
             admission, self._admission = self._admission, None
         server.stop(None).wait()
         # In-flight Register calls see the stop (their dial is abandoned) and return quickly.
         executor.shutdown(wait=True)
         _wait_until_ended(links)
+        for link in held:  # stale endpoints (kubelet_endpoints.py) kept theirs open till now
+            link.channel.close()
         # It sees the stop at once, unless in an Allocate call (bounded by the dial timeout).
         if admission is not None:
             admission.join(self._dial_timeout + LINK_END_SECONDS)
@@ -467,7 +490,7 @@ class KubeletStandin:
     ) -> _Response:
         """A unary call on the connection the kubelet holds; grpc.RpcError propagates as-is."""
         with self._cond:
-            link = self._links.get(resource)
+            link = self._book.current(resource)
             if link is None or not self._views[resource].stream_open:
                 raise LookupError(f"{resource}: no device plugin connected")
         rpc = link.channel.unary_unary(method, _serialize, response_type.FromString)
@@ -507,23 +530,36 @@ class KubeletStandin:
             self._refuse(context, request, problem)
         path = self.socket_dir / request.endpoint
         link = _Link(
-            request.resource_name, path, grpc.insecure_channel(f"unix:{path}", _CHANNEL_OPTIONS)
+            request.resource_name,
+            path,
+            grpc.insecure_channel(f"unix:{path}", _CHANNEL_OPTIONS),
+            request.endpoint,
+            Options.of(request.options),
         )
-        options = None
+        if self.device_manager != "1.32":
+            with self._cond:  # connectClient's registerClient comes before the dial
+                self._book.register_client(link)
         try:
             if not self._register_first:
-                options = self._connect(link, lambda: not self._serving(generation))
-            replaced = self._accept(request, link, generation, options)
+                link.options = self._connect(link, lambda: not self._serving(generation))
+            replaced = self._accept(request, link, generation)
         except _DialError as error:
-            link.channel.close()
+            self._forget(link)
             self._refuse(context, request, str(error))
         except _Stale:
-            link.channel.close()
+            self._forget(link)
             context.abort(grpc.StatusCode.UNAVAILABLE, "the kubelet restarted during Register")
-        # The old stream is already cancelled; let its thread finish before answering.
-        if replaced is not None:
-            _wait_until_ended([replaced])
+        # "1.32": the old stream is already cancelled; let its thread finish before answering.
+        _wait_until_ended(replaced)
         return pb.Empty()
+
+    def _forget(self, link: _Link) -> None:
+        """A failed connectClient: deregisterClient (up to 1.36 by name, in 1.37 every client
+        of the path, a live one too: kubelet_endpoints.py), and the channel is not used."""
+        if self.device_manager != "1.32":
+            with self._cond:
+                self._book.deregister_client(link.resource, link.path)
+        link.channel.close()
 
     def _refuse(
         self, context: grpc.ServicerContext, request: pb.RegisterRequest, error: str
@@ -580,25 +616,30 @@ class KubeletStandin:
         request: pb.RegisterRequest,
         link: _Link,
         generation: int,
-        options: Options | None,
-    ) -> _Link | None:
-        """Make ``link`` the resource's connection and start its client thread.
+    ) -> list[_Link]:
+        """PluginConnected: make ``link`` the resource's current endpoint (1.37: refused if
+        its path is connected already) and start its client thread.
 
-        Returns the registration it replaced, whose stream is cancelled first.
+        Returns the registrations it replaced ("1.32"), whose streams are cancelled first.
         """
         name = request.resource_name
         with self._cond:
             if not self._serving(generation):
                 raise _Stale
-            replaced = self._links.pop(name, None)
-            if replaced is not None:
-                self._drop(replaced)
+            replaced: list[_Link] = []
+            if self.device_manager == "1.32":  # the stand-in's own model: close the old one
+                replaced = self._book.register_client(link)
+                for old in replaced:
+                    self._drop(old)
+            error = self._book.connect(link)
+            if error is not None:
+                raise _DialError(error)
             previous = self._views.get(name)
             self._views[name] = ResourceView(
                 name=name,
                 endpoint=request.endpoint,
-                register_options=Options.of(request.options),
-                options=options,
+                register_options=link.register_options,
+                options=link.options,
                 registrations=1 if previous is None else previous.registrations + 1,
                 registered_at=time.monotonic(),
                 # The kubelet keeps the old list until the new stream sends one.
@@ -607,7 +648,7 @@ class KubeletStandin:
                 # a 1.24-era one only after its later dial.
                 stream_open=not self._register_first,
             )
-            self._links[name] = link
+            self._endpoints_changed(name)
             link.thread = threading.Thread(
                 target=self._run_link, args=(link,), name=f"kubelet-{name}", daemon=True
             )
@@ -647,8 +688,8 @@ class KubeletStandin:
             # The kubelet's client refused a message (over 4 MiB): a protocol violation.
             refused = error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         finally:
-            link.channel.close()
-            self._link_ended(link, reason, refused)
+            if not self._link_ended(link, reason, refused):
+                link.channel.close()
 
     def _open_stream(self, link: _Link) -> grpc.CallIterator[pb.ListAndWatchResponse] | None:
         with self._cond:
@@ -664,7 +705,9 @@ class KubeletStandin:
             return link.call
 
     def _received(self, link: _Link, response: pb.ListAndWatchResponse) -> None:
-        """Each message replaces the whole device set."""
+        """Each message replaces the whole device set, whichever of the resource's clients
+        sent it (genericDeviceUpdateCallback); in the real handlers ("1.36", "1.37") it also
+        makes the healthy ones allocatable again, connected endpoint or not."""
         devices = tuple((device.ID, device.health) for device in response.devices)
         problems = device_problems(devices)
         with self._cond:
@@ -674,6 +717,7 @@ class KubeletStandin:
             self._update(
                 link.resource,
                 devices=devices,
+                stream_open=view.stream_open or self.device_manager != "1.32",
                 lists_received=view.lists_received + 1,
                 listed_at=time.monotonic() if view.listed_at is None else view.listed_at,
             )
@@ -683,23 +727,62 @@ class KubeletStandin:
                 events.append(f"protocol violation: {link.resource}: {problem}")
             self._changed(*events)
 
-    def _link_ended(self, link: _Link, reason: str, refused: bool) -> None:
+    def _link_ended(self, link: _Link, reason: str, refused: bool) -> bool:
+        """handler.go runClient after a stream ended: disconnect the client the handler finds
+        for it (kubelet_endpoints.py: not always this one, or none). True if ``link`` stays
+        an endpoint of the kubelet all the same (a stale one), its channel kept open."""
+        name = link.resource
         with self._cond:
-            if link.closed:  # dropped by the kubelet itself: already accounted for
-                return
-            link.closed = True
-            del self._links[link.resource]
-            self._update(link.resource, stream_open=False)
-            if refused:
-                self._rejected.append(f"{link.resource}: {reason}")
-            self._changed(f"stream for {link.resource} ended ({reason}): allocatable 0")
+            link.ended = True
+            if refused and not link.closed:
+                self._rejected.append(f"{name}: {reason}")
+            client = self._book.client_for(link)
+            if client is None:  # closed by the kubelet itself, or forgotten by its handler
+                stale = link in self._book.endpoints(name)
+                if stale:
+                    self._endpoints_changed(name)
+                    self._changed(
+                        f"stream for {name} at {link.endpoint} ended ({reason}), but its "
+                        "client was forgotten: a stale endpoint, still allocatable"
+                    )
+                return stale
+            self._book.deregister_client(name, client.path)
+            self._drop(client)  # Disconnect closes its connection
+            unhealthy = self._book.disconnect(client)
+            view = self._endpoints_changed(name, **({"stream_open": False} if unhealthy else {}))
+            outcome = "allocatable 0" if unhealthy else f"current endpoint {view.endpoint}"
+            if client is not link:  # up to 1.36 the handler finds its client by name
+                outcome = f"disconnected {client.endpoint}, {outcome}"
+            self._changed(f"stream for {name} at {link.endpoint} ended ({reason}): {outcome}")
+            return False
 
-    def _drop_links(self) -> None:
-        """Caller holds the lock: the kubelet goes away, every resource becomes unhealthy."""
-        for name, link in self._links.items():
+    def _endpoints_changed(self, name: str, **changes: Any) -> ResourceView:
+        """Caller holds the lock: the view follows the kubelet's endpoints of ``name``."""
+        held = self._book.endpoints(name)
+        current = self._book.current(name)
+        if current is not None:
+            changes.update(
+                endpoint=current.endpoint,
+                register_options=current.register_options,
+                options=current.options,
+            )
+        self._update(
+            name,
+            endpoints=tuple(link.endpoint for link in held),
+            stale_endpoints=tuple(link.endpoint for link in held if link.ended),
+            **changes,
+        )
+        return self._views[name]
+
+    def _drop_links(self, running: Sequence[_Link]) -> list[_Link]:
+        """Caller holds the lock: the kubelet goes away, every resource becomes unhealthy.
+        Returns the endpoints it held (stale ones' channels are still open)."""
+        for link in running:
             self._drop(link)
-            self._update(name, stream_open=False)
-        self._links.clear()
+        held = self._book.clear()
+        for name in self._views:
+            self._endpoints_changed(name, stream_open=False)
+        return held
 
     def _drop(self, link: _Link) -> None:
         """Caller holds the lock: stop using ``link`` and cancel its stream (or pending dial)."""

@@ -38,7 +38,10 @@ Health (ResourceHealthStatus, KEP-4680; plugin/dra_plugin_manager.go ``add``, dr
 registered plugin a thread opens ``NodeWatchResources`` on the plugin's DRA socket and reads it
 until it ends; ``health_retry`` (5 s) after each end, failed or clean alike (wait.UntilWithContext
 waits its period after every run), it opens it again, until the plugin deregisters or the
-kubelet stops (a cancelled stream is not an error). A 1.36 kubelet (``resource_health="1.36"``)
+kubelet stops (a cancelled stream is not an error). Except in 1.37, where a stream that ends
+Unimplemented (HandleWatchResourcesStream logs it at V(4) and returns it; ``add``'s loop then
+calls streamCancel) is not opened again on that plugin until it registers again, and is no
+error; other errors are retried as in 1.36. A 1.36 kubelet (``resource_health="1.36"``)
 opens ``v1alpha1.DRAResourceHealth`` on every plugin, listed in ``supported_versions`` or not; a
 1.37 one (``"1.37"``, pickHealthService) the plugin's listed ``v1.DRAResourceHealth``, else its
 listed ``v1alpha1.DRAResourceHealth``, else none; None: the feature off, no stream. Errors are
@@ -120,6 +123,9 @@ class PluginView:
     version: str  # the service chosen, e.g. "v1.DRAPlugin"
     connected: bool
     health_service: str | None = None  # the health service watched on it, None: none
+    # A 1.37 kubelet stopped watching it: the stream ended Unimplemented (until it registers
+    # again, as a new plugin).
+    health_stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,6 +212,7 @@ class _Plugin:
     connected: bool = False
     health_service: str | None = None
     health_call: grpc.CallIterator[health_pb.NodeWatchResourcesResponse] | None = None
+    health_stopped: bool = False
     on_connectivity: Callable[[grpc.ChannelConnectivity], None] | None = None
 
 
@@ -473,16 +480,30 @@ class DraManager:
                 self._update(plugin.driver, health_streams=view.health_streams + 1)
                 self._changed(f"DRA driver {plugin.driver}: {path} opened at {plugin.endpoint}")
             error: str | None = None
+            unsupported = False
             try:
                 for response in call:
                     self._health_received(plugin, response)
             except grpc.RpcError as failure:
                 error = _rpc_error(failure)
+                unsupported = (
+                    self.resource_health == "1.37"
+                    and failure.code() == grpc.StatusCode.UNIMPLEMENTED
+                )
             with self._cond:
                 plugin.health_call = None
                 gone = self._gone(plugin)
                 self._health.pop(plugin.driver, None)  # clearDriver, at every end of a stream
                 view = self._drivers[plugin.driver]
+                if unsupported and not gone:
+                    # 1.37: logged at V(4), not an error; streamCancel ends wait.Until.
+                    plugin.health_stopped = True
+                    self._update(plugin.driver)
+                    self._changed(
+                        f"DRA driver {plugin.driver}: Driver does not support WatchResources "
+                        f"health stream, stopping (at {plugin.endpoint})"
+                    )
+                    return
                 if error is not None and not gone:  # context.Canceled: not an error
                     self._update(plugin.driver, health_errors=(*view.health_errors, error))
                     self._changed(
@@ -615,7 +636,14 @@ class DraManager:
     def _update(self, driver: str, **changes: Any) -> None:
         view = self._drivers.get(driver, DriverView(driver))
         plugins = tuple(
-            PluginView(p.endpoint, str(p.socket), p.version, p.connected, p.health_service)
+            PluginView(
+                p.endpoint,
+                str(p.socket),
+                p.version,
+                p.connected,
+                p.health_service,
+                p.health_stopped,
+            )
             for p in self._plugins.get(driver, [])
         )
         self._drivers[driver] = replace(view, plugins=plugins, **changes)

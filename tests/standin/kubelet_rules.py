@@ -77,7 +77,9 @@ class ResourceView:
     """What the kubelet knows about one resource name."""
 
     name: str
-    endpoint: str  # socket file name given by the latest successful Register
+    # The endpoint as a Register named it that calls go to: the latest successful Register's
+    # (1.37: or the one promoted when that one disconnected).
+    endpoint: str
     register_options: Options  # RegisterRequest.options (all a 1.24-era kubelet looks at)
     options: Options | None  # GetDevicePluginOptions' answer; None if never asked (register_first)
     registrations: int  # successful Register calls since the stand-in was created
@@ -87,6 +89,11 @@ class ResourceView:
     stream_open: bool = False
     registered_at: float = 0.0  # time.monotonic() of the latest successful Register
     listed_at: float | None = None  # ... and of its stream's first list, once one came
+    # The endpoints the kubelet holds connected, oldest first (several only in a 1.37 device
+    # manager), and those of them whose stream ended while the kubelet had forgotten their
+    # client: stale, kept (and allocatable) until the kubelet restarts (kubelet_endpoints.py).
+    endpoints: tuple[str, ...] = ()
+    stale_endpoints: tuple[str, ...] = ()
 
     # Cached: a view never changes, and predicates ask again at every state change.
     @cached_property
@@ -113,6 +120,8 @@ class ResourceView:
             "stream_open": self.stream_open,
             "registered_at": self.registered_at,
             "listed_at": self.listed_at,
+            "endpoints": list(self.endpoints),
+            "stale_endpoints": list(self.stale_endpoints),
             "capacity": self.capacity,
             "allocatable": self.allocatable,
             "devices": dict(shown),
@@ -230,19 +239,24 @@ def device_problems(devices: Devices) -> list[str]:
     return problems
 
 
-def clean_directory(directory: Path) -> list[str]:
-    """What a starting kubelet (1.24 to 1.32) does to its directory: delete every entry that
-    is not a directory (sockets, regular files, symlinks) except its checkpoint. Entries are
-    looked at with ``lstat``, as those kubelets do: a symlink goes even if it points to a
-    directory. Subdirectories are not entered."""
+def clean_directory(directory: Path, *, sockets_only: bool = False) -> list[str]:
+    """What a starting kubelet does to its directory (devicemanager/manager.go
+    ``CleanupPluginDirectory``), its checkpoint aside; subdirectories are not entered.
+
+    1.24 to 1.32: delete every entry that is not a directory (sockets, regular files,
+    symlinks), looked at with ``os.Lstat``: a symlink goes even if it points to a directory.
+    From 1.33 (``sockets_only``; read in 1.33.0, 1.36.3 and 1.37.2): only sockets, looked at
+    with ``os.Stat``, which follows symlinks: a symlink to a socket goes, a dangling one (the
+    stat fails, logged) and one to a file or directory stay, as regular files do."""
     removed = []
     for entry in sorted(directory.iterdir()):
         if entry.name == CHECKPOINT:
             continue
         try:
-            if stat.S_ISDIR(entry.lstat().st_mode):
-                continue
-        except FileNotFoundError:  # gone meanwhile (the kubelet, too, skips what it cannot stat)
+            mode = (entry.stat() if sockets_only else entry.lstat()).st_mode
+        except OSError:  # gone meanwhile, or a dangling link: the kubelet skips what it
+            continue  # cannot stat
+        if stat.S_ISDIR(mode) or (sockets_only and not stat.S_ISSOCK(mode)):
             continue
         entry.unlink(missing_ok=True)
         removed.append(entry.name)

@@ -1,13 +1,14 @@
 """The kubelet stand-in as a process of its own, as the system tests' containers run it::
 
     python3 -m tests.standin.kubelet_script --dir DIR [--state-file FILE] [--register-first]
+        [--device-manager {1.32,1.36,1.37}]
         [--socket-after S] [--admit-after S] [--pods FILE] [--runtime-file FILE]
         [--leave-socket]
         [--plugins-registry-dir DIR [--node NODE] [--apiserver URL --ca F --cert F --key F]]
 
 Only ``tests/standin``, the installed ``token_resource`` package, grpcio and protobuf need to be
 there (and watchdog for the DRA options). It prints one line per event. SIGHUP restarts the
-kubelet (wiping every file in DIR but its checkpoint), SIGTERM and SIGINT stop it.
+kubelet (wiping the files in DIR that its device manager wipes), SIGTERM and SIGINT stop it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from tests.standin.admission import PodStore, RuntimeState
 from tests.standin.kubelet import LOG, KubeletStandin
+from tests.standin.kubelet_endpoints import DEVICE_MANAGERS
 
 _SIGNALS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
 
@@ -35,6 +37,13 @@ def _parser() -> argparse.ArgumentParser:
         "--register-first",
         action="store_true",
         help="answer Register before dialling the plugin, like a 1.24-era kubelet",
+    )
+    parser.add_argument(
+        "--device-manager",
+        choices=DEVICE_MANAGERS,
+        default="1.32",
+        help="the device manager's release: its wipe at start and the endpoints it keeps per "
+        "resource (tests/standin/kubelet_endpoints.py; default 1.32)",
     )
     parser.add_argument(
         "--socket-after",
@@ -109,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         standin = KubeletStandin(
             args.dir,
             register_first=args.register_first,
+            device_manager=args.device_manager,
             state_file=args.state_file,
             pods=None if args.pods is None else PodStore(args.pods),
             runtime=RuntimeState(args.runtime_file),

@@ -46,6 +46,7 @@ STANDIN_FILES = tuple(
         "standin/__init__.py",
         "standin/admission.py",
         "standin/kubelet.py",
+        "standin/kubelet_endpoints.py",
         "standin/kubelet_rules.py",
         "standin/kubelet_script.py",
         # The DRA side, imported only with its options.
