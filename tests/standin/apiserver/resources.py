@@ -18,6 +18,9 @@ classes are stored as given.
 Authorization, after authentication, before anything else (so a node asking for a slice that
 does not exist gets 403, not 404): the Node authorizer and NodeRestriction for node identities,
 RBAC for anyone else (resourceauthz.py).
+
+Writes then pass the ValidatingAdmissionPolicies a test applied (admission.py), after
+validation, each object of a deletecollection in turn.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from tests.standin.apiserver import taints, validation
+from tests.standin.apiserver.admission import AdmissionPolicies
 from tests.standin.apiserver.authz import RESOURCE_GROUP, Authorizer
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
 from tests.standin.apiserver.resourceauthz import ResourceAuthorizationMixin
@@ -76,6 +80,7 @@ class ResourcesMixin(ResourceAuthorizationMixin):
     authorizer: Authorizer
     _objects: dict[str, dict[str, dict[str, Any]]]  # collection -> key -> object
     _pods: dict[str, dict[str, Any]]  # "<namespace>/<name>" -> Pod
+    _admission: AdmissionPolicies  # ValidatingAdmissionPolicies (admission.py)
     _history: History
     _resource_versions: tuple[str, ...]
     device_taints: bool  # the DRADeviceTaints feature gate
@@ -173,6 +178,7 @@ class ResourcesMixin(ResourceAuthorizationMixin):
         if verb == "delete":
             obj = self._existing(collection, key, name)
             self._admit_slice(identity, "delete", collection, obj)
+            self._admission.admit(identity, "DELETE", collection, name, None, obj)
             deleted = self._remove(collection, key)
             details = {
                 "name": name,
@@ -189,7 +195,7 @@ class ResourcesMixin(ResourceAuthorizationMixin):
             )
         if verb == "create":
             return self._create(collection, namespace, document, identity)
-        return self._update(collection, key, name, document, patched=verb == "patch")
+        return self._update(collection, key, name, document, identity, patched=verb == "patch")
 
     def _existing(self, collection: str, key: str, name: str) -> dict[str, Any]:
         try:
@@ -239,8 +245,11 @@ class ResourcesMixin(ResourceAuthorizationMixin):
         if verb == "deletecollection":
             for obj in items:
                 self._admit_slice(identity, "delete", collection, obj)
-            keys = [_key_of(collection, obj) for obj in items]
-            items = [self._remove(collection, key) for key in keys]
+            removed = []
+            for obj in items:  # one by one: a policy's refusal leaves the ones before it deleted
+                self._admission.admit(identity, "DELETE", collection, "", None, obj)
+                removed.append(self._remove(collection, _key_of(collection, obj)))
+            items = removed
         for item in items:
             item.pop("apiVersion", None)
             item.pop("kind", None)
@@ -267,6 +276,7 @@ class ResourcesMixin(ResourceAuthorizationMixin):
             errors += validation.resource_slice(obj.get("spec"))
         if errors:
             raise validation.invalid_object(KINDS[collection], RESOURCE_GROUP, name, errors)
+        self._admission.admit(identity, "CREATE", collection, name, obj, None)
         key = claim_key(namespace, name) if namespace else name
         if key in self._objects[collection]:
             message = f'{collection}.{RESOURCE_GROUP} "{name}" already exists'
@@ -275,7 +285,13 @@ class ResourcesMixin(ResourceAuthorizationMixin):
         return Reply(201, self._put(collection, key, obj, "ADDED"))
 
     def _update(
-        self, collection: str, key: str, name: str, document: dict[str, Any], patched: bool = False
+        self,
+        collection: str,
+        key: str,
+        name: str,
+        document: dict[str, Any],
+        identity: Identity,
+        patched: bool = False,
     ) -> Reply:
         _check_kind(collection, document)
         if collection == "resourceslices":
@@ -316,6 +332,8 @@ class ResourcesMixin(ResourceAuthorizationMixin):
                 raise validation.invalid_object(KINDS[collection], RESOURCE_GROUP, name, errors)
         if spec_changed:
             updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+        # Even a no-op is admitted: only the storage notices that nothing changed.
+        self._admission.admit(identity, "UPDATE", collection, name, updated, current)
         if updated == current:  # a no-op keeps its resourceVersion, as on the real server
             return Reply(200, current)
         return Reply(200, self._put(collection, key, updated, "MODIFIED"))
