@@ -151,7 +151,7 @@ def _message(validation: _Validation, activation: Activation) -> str:
 def _rule_matches(rule: Mapping[str, Any], request: AdmissionRequest) -> bool:
     resource, _, subresource = request.resource.partition("/")
     scope = rule.get("scope", "*")
-    in_scope = scope == "*" or (scope == "Namespaced") == bool(request.namespace)
+    in_scope = scope in ("*", "Namespaced" if request.namespace else "Cluster")
     return (
         in_scope
         and _listed(rule.get("apiGroups", ()), request.group)
