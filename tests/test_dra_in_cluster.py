@@ -1,7 +1,7 @@
-"""DRA as the DaemonSet runs it: the pod's ServiceAccount token, with exactly the RBAC rules of
-deploy/kubernetes/overlays/dra, and the Node's name from $NODE_NAME. In-process (the service
-account's directory is a fixed path the test points elsewhere), against the API-server
-stand-in."""
+"""DRA as the DaemonSet runs it: the pod's ServiceAccount token, bound to the pod on its node,
+with exactly the RBAC rules and the admission policy of deploy/kubernetes/overlays/dra, and the
+Node's name from $NODE_NAME. In-process (the service account's directory is a fixed path the
+test points elsewhere), against the API-server stand-in."""
 
 from __future__ import annotations
 
@@ -14,22 +14,22 @@ import pytest
 import yaml
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
+from tests.standin.apiserver.admission import policy_documents
 from tests.standin.apiserver.authz import Rule
 from token_resource.apiserver import credentials
 from token_resource.apiserver.claims import read_claim
-from token_resource.apiserver.client import ApiClient, KubeError
+from token_resource.apiserver.client import ApiClient, ApiError, KubeError
 from token_resource.apiserver.credentials import load_credentials
 from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
 from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import KubernetesSettings
 
 REPO = Path(__file__).resolve().parents[1]
+OVERLAY = REPO / "deploy" / "kubernetes" / "overlays" / "dra"
 # The base's ClusterRole (read Nodes) and the overlay's (slices, claims), both bound to the
 # DaemonSet's ServiceAccount.
-RBAC = (
-    REPO / "deploy" / "kubernetes" / "base" / "agent" / "rbac.yaml",
-    REPO / "deploy" / "kubernetes" / "overlays" / "dra" / "rbac.yaml",
-)
+RBAC = (REPO / "deploy" / "kubernetes" / "base" / "agent" / "rbac.yaml", OVERLAY / "rbac.yaml")
+ADMISSION = OVERLAY / "admission.yaml"
 ACCOUNT = "system:serviceaccount:token-resource:token-resource"
 NODE = "node-a"
 DRIVER = "tokens.example.com"
@@ -55,7 +55,8 @@ def overlay_rules() -> list[Rule]:
 @pytest.fixture
 def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
     with ApiServerStandin(ca, nodes=(NODE, "node-b")) as standin:
-        standin.add_token("pod-token", user=ACCOUNT, rules=overlay_rules())
+        standin.add_token("pod-token", user=ACCOUNT, rules=overlay_rules(), node=NODE)
+        standin.apply_admission_policies(policy_documents(ADMISSION))
         yield standin
 
 
@@ -121,3 +122,22 @@ def test_without_the_overlays_rules_the_account_is_refused(
         monkeypatch.setenv(name, value)
     with ApiClient(load_credentials(IN_CLUSTER)) as client, pytest.raises(KubeError, match="403"):
         client.get("/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a")
+
+
+@pytest.mark.usefixtures("in_pod")
+def test_the_overlays_account_may_not_write_another_nodes_slice() -> None:
+    """The overlay's admission policy, as the API server enforces it: 422, not RBAC's 403."""
+    body = {
+        "metadata": {"name": "elsewhere"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": "node-b",
+            "pool": {"name": "node-b", "resourceSliceCount": 1},
+        },
+    }
+    with ApiClient(load_credentials(IN_CLUSTER)) as client, pytest.raises(ApiError) as refused:
+        client.create("/apis/resource.k8s.io/v1/resourceslices", body)
+    assert refused.value.status == 422
+    assert str(refused.value).endswith(
+        f"the agent on node {NODE} may only write the ResourceSlices of its own node, not of node-b"
+    )

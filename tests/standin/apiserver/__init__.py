@@ -42,7 +42,10 @@ Authentication and authorization: authz.py. A node identity (CN ``system:node:<n
 ``system:nodes``) may get and patch its own Node only (the Node authorizer with
 NodeRestriction; authorization comes before the lookup, so another, missing node is 403 and
 not 404); a token is allowed everything, nothing, or what its RBAC rules say
-(:meth:`ApiServerStandin.add_token`).
+(:meth:`ApiServerStandin.add_token`, with ``node=`` a service account's token bound to a pod on
+that node). ValidatingAdmissionPolicies a test applies
+(:meth:`ApiServerStandin.apply_admission_policies`) hold writes of resource.k8s.io objects
+(admission.py).
 
 The kubelet's part: at its status sync the kubelet copies capacity to allocatable for
 extended resources and drops allocatable entries no longer in capacity. By default

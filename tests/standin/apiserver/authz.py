@@ -27,6 +27,8 @@ from tests.standin.apiserver.wire import Fail, Identity, fail
 MASTERS_GROUP = "system:masters"
 AUTHENTICATED_GROUP = "system:authenticated"
 DEFAULT_TOKEN_USER = "system:serviceaccount:kube-system:token-resource"
+# serviceaccount.NodeNameKey: the node of the pod a service-account token is bound to.
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 _SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
 
@@ -74,6 +76,7 @@ class TokenGrant:
     user: str
     groups: tuple[str, ...]
     rules: tuple[Rule, ...] | None
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def node_identity(identity: Identity) -> str | None:
@@ -129,6 +132,7 @@ class Authorizer:
         allowed: bool = True,
         user: str | None = None,
         rules: Iterable[Rule] | None = None,
+        node: str | None = None,
     ) -> None:
         user = user or DEFAULT_TOKEN_USER
         groups = [AUTHENTICATED_GROUP]
@@ -139,7 +143,11 @@ class Authorizer:
             granted: tuple[Rule, ...] | None = tuple(rules)
         else:
             granted = None if allowed else ()
-        self._tokens[token] = TokenGrant(user, tuple(groups), granted)
+        # A service-account token bound to a pod names the pod's node in the user's extra
+        # (ServiceAccountInfo.UserInfo, k8s.io/apiserver/pkg/authentication/serviceaccount/
+        # util.go); the pod's name and uid and the credential id it also adds are not modelled.
+        extra = ((NODE_NAME_EXTRA, (node,)),) if node else ()
+        self._tokens[token] = TokenGrant(user, tuple(groups), granted, extra)
 
     def remove_token(self, token: str) -> None:
         del self._tokens[token]
@@ -162,7 +170,7 @@ class Authorizer:
         if len(parts) >= 2 and parts[0].lower() == "bearer":
             known = self._tokens.get(parts[1]) if parts[1] else None
             if known is not None:
-                return Identity(known.user, known.groups, parts[1])
+                return Identity(known.user, known.groups, parts[1], known.extra)
         raise fail(401, "Unauthorized", "Unauthorized")
 
     def rbac_allows(

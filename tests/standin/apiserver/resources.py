@@ -16,23 +16,11 @@ stripped of their taints, as taints.py says, then validated as validation.py say
 classes are stored as given.
 
 Authorization, after authentication, before anything else (so a node asking for a slice that
-does not exist gets 403, not 404):
+does not exist gets 403, not 404): the Node authorizer and NodeRestriction for node identities,
+RBAC for anyone else (resourceauthz.py).
 
-- A node identity, as the Node authorizer (node_authorizer.go, ``authorizeResourceSlice``,
-  ``authorizeGet``; graph.go ``AddPod``, ``AddResourceSlice``) and NodeRestriction
-  (admission.go, ``admitResourceSlice``) decide: create any slice, but NodeRestriction refuses
-  one whose ``spec.nodeName`` is not the node ("can only create ResourceSlice with the same
-  NodeName as the requesting node"); get, update, patch, delete a slice only if the stored one
-  has ``spec.nodeName`` = the node ("no relationship found between node '<n>' and this
-  object"); list, watch, deletecollection only with a field selector requirement
-  ``spec.nodeName=<node>`` ("can only list/watch/deletecollection resourceslices with nodeName
-  field selector", AuthorizeNodeWithSelectors, on by default since 1.32); no subresources. A
-  slice cannot move to another node: ``spec.nodeName`` (like ``driver`` and ``pool.name``) is
-  immutable (422). Claims: get only, and only those referenced by a pod bound to the node,
-  through ``spec.resourceClaims[].resourceClaimName`` or ``status.extendedResourceClaimStatus``
-  (the graph does not require the claim to exist: such a get is 404). DeviceClasses: nothing
-  (the node's static rules have none).
-- Anyone else: RBAC (authz.py).
+Writes then pass the ValidatingAdmissionPolicies a test applied (admission.py), after
+validation, each object of a deletecollection in turn.
 """
 
 from __future__ import annotations
@@ -49,8 +37,10 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from tests.standin.apiserver import taints, validation
-from tests.standin.apiserver.authz import RESOURCE_GROUP, Authorizer, forbidden, node_identity
+from tests.standin.apiserver.admission import AdmissionPolicies
+from tests.standin.apiserver.authz import RESOURCE_GROUP, Authorizer
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
+from tests.standin.apiserver.resourceauthz import ResourceAuthorizationMixin
 from tests.standin.apiserver.watch import (
     DEFAULT_WATCH_SECONDS,
     Change,
@@ -73,7 +63,6 @@ _PATH = re.compile(
     r"(?P<collection>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<subresource>[^/]+))?"
 )
 _NAME_CHARACTERS = "bcdfghjklmnpqrstvwxz2456789"  # names.SimpleNameGenerator's alphabet
-_NO_RELATIONSHIP = "no relationship found between node '{}' and this object"
 
 
 def now() -> str:
@@ -84,13 +73,14 @@ def claim_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
-class ResourcesMixin:
-    """The objects, their routes and the Node authorizer's graph for them."""
+class ResourcesMixin(ResourceAuthorizationMixin):
+    """The objects and their routes."""
 
     _cond: threading.Condition
     authorizer: Authorizer
     _objects: dict[str, dict[str, dict[str, Any]]]  # collection -> key -> object
     _pods: dict[str, dict[str, Any]]  # "<namespace>/<name>" -> Pod
+    _admission: AdmissionPolicies  # ValidatingAdmissionPolicies (admission.py)
     _history: History
     _resource_versions: tuple[str, ...]
     device_taints: bool  # the DRADeviceTaints feature gate
@@ -188,6 +178,7 @@ class ResourcesMixin:
         if verb == "delete":
             obj = self._existing(collection, key, name)
             self._admit_slice(identity, "delete", collection, obj)
+            self._admission.admit(identity, "DELETE", collection, name, None, obj)
             deleted = self._remove(collection, key)
             details = {
                 "name": name,
@@ -204,7 +195,7 @@ class ResourcesMixin:
             )
         if verb == "create":
             return self._create(collection, namespace, document, identity)
-        return self._update(collection, key, name, document, patched=verb == "patch")
+        return self._update(collection, key, name, document, identity, patched=verb == "patch")
 
     def _existing(self, collection: str, key: str, name: str) -> dict[str, Any]:
         try:
@@ -254,8 +245,11 @@ class ResourcesMixin:
         if verb == "deletecollection":
             for obj in items:
                 self._admit_slice(identity, "delete", collection, obj)
-            keys = [_key_of(collection, obj) for obj in items]
-            items = [self._remove(collection, key) for key in keys]
+            removed = []
+            for obj in items:  # one by one: a policy's refusal leaves the ones before it deleted
+                self._admission.admit(identity, "DELETE", collection, "", None, obj)
+                removed.append(self._remove(collection, _key_of(collection, obj)))
+            items = removed
         for item in items:
             item.pop("apiVersion", None)
             item.pop("kind", None)
@@ -282,6 +276,7 @@ class ResourcesMixin:
             errors += validation.resource_slice(obj.get("spec"))
         if errors:
             raise validation.invalid_object(KINDS[collection], RESOURCE_GROUP, name, errors)
+        self._admission.admit(identity, "CREATE", collection, name, obj, None)
         key = claim_key(namespace, name) if namespace else name
         if key in self._objects[collection]:
             message = f'{collection}.{RESOURCE_GROUP} "{name}" already exists'
@@ -290,7 +285,13 @@ class ResourcesMixin:
         return Reply(201, self._put(collection, key, obj, "ADDED"))
 
     def _update(
-        self, collection: str, key: str, name: str, document: dict[str, Any], patched: bool = False
+        self,
+        collection: str,
+        key: str,
+        name: str,
+        document: dict[str, Any],
+        identity: Identity,
+        patched: bool = False,
     ) -> Reply:
         _check_kind(collection, document)
         if collection == "resourceslices":
@@ -331,103 +332,11 @@ class ResourcesMixin:
                 raise validation.invalid_object(KINDS[collection], RESOURCE_GROUP, name, errors)
         if spec_changed:
             updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+        # Even a no-op is admitted: only the storage notices that nothing changed.
+        self._admission.admit(identity, "UPDATE", collection, name, updated, current)
         if updated == current:  # a no-op keeps its resourceVersion, as on the real server
             return Reply(200, current)
         return Reply(200, self._put(collection, key, updated, "MODIFIED"))
-
-    # --- authorization (caller holds the lock) --------------------------------------------
-
-    def _authorize_resource(
-        self,
-        identity: Identity,
-        verb: str,
-        resource: str,
-        name: str,
-        namespace: str,
-        selector: tuple[Requirement, ...],
-    ) -> None:
-        node = node_identity(identity)
-        reason = ""
-        if node is not None and resource.startswith("resourceslices"):
-            reason = self._node_slice_decision(node, verb, resource, name, selector)
-            if not reason:
-                return
-        elif node is not None and resource.startswith("resourceclaims"):
-            reason = self._node_claim_decision(node, verb, resource, name, namespace)
-            if not reason:
-                return
-        if self.authorizer.rbac_allows(identity, verb, RESOURCE_GROUP, resource, name):
-            return
-        raise forbidden(identity, verb, RESOURCE_GROUP, resource, name, namespace, reason)
-
-    def _node_slice_decision(
-        self,
-        node: str,
-        verb: str,
-        resource: str,
-        name: str,
-        selector: tuple[Requirement, ...],
-    ) -> str:
-        """authorizeResourceSlice: "" to allow, else the Node authorizer's reason."""
-        if "/" in resource:
-            return "cannot authorize ResourceSlice subresources"
-        if verb == "create":  # NodeRestriction checks the object (_admit_slice)
-            return ""
-        if verb in ("get", "update", "patch", "delete"):
-            stored = self._objects["resourceslices"].get(name)
-            if stored is not None and (stored.get("spec") or {}).get("nodeName") == node:
-                return ""
-            return _NO_RELATIONSHIP.format(node)
-        if ("spec.nodeName", "=", node) in selector:
-            return ""
-        return "can only list/watch/deletecollection resourceslices with nodeName field selector"
-
-    def _node_claim_decision(
-        self, node: str, verb: str, resource: str, name: str, namespace: str
-    ) -> str:
-        """authorizeGet over the graph pod -> claim: "" to allow, else the reason."""
-        if verb != "get":
-            return "can only get individual resources of this type"
-        if "/" in resource:
-            return "cannot get subresource"
-        for pod in self._pods.values():
-            bound = pod["spec"].get("nodeName") == node
-            if bound and pod["metadata"]["namespace"] == namespace and name in _claims_of(pod):
-                return ""
-        return _NO_RELATIONSHIP.format(node)
-
-    def _admit_slice(
-        self, identity: Identity, operation: str, collection: str, obj: dict[str, Any]
-    ) -> None:
-        """NodeRestriction's admitResourceSlice (create and each deleted object)."""
-        node = node_identity(identity)
-        if node is None or collection != "resourceslices":
-            return
-        if ((obj.get("spec") or {}).get("nodeName") or "") != node:
-            name = (obj.get("metadata") or {}).get("name") or ""
-            subject = f"resourceslices.{RESOURCE_GROUP}" + (f' "{name}"' if name else "")
-            message = (
-                f"{subject} is forbidden: can only {operation} ResourceSlice with the same "
-                "NodeName as the requesting node"
-            )
-            details = {"name": name, "group": RESOURCE_GROUP, "kind": "resourceslices"}
-            raise fail(403, "Forbidden", message, details)
-
-
-def _claims_of(pod: dict[str, Any]) -> set[str]:
-    """The claim names the Node authorizer's graph links to a pod (graph.go, AddPod)."""
-    names = {
-        claim["resourceClaimName"]
-        for claim in pod["spec"].get("resourceClaims") or []
-        if claim.get("resourceClaimName")
-    }
-    for status in pod.get("status", {}).get("resourceClaimStatuses") or []:
-        if status.get("resourceClaimName"):
-            names.add(status["resourceClaimName"])
-    extended = pod.get("status", {}).get("extendedResourceClaimStatus") or {}
-    if extended.get("resourceClaimName"):
-        names.add(extended["resourceClaimName"])
-    return names
 
 
 def _key_of(collection: str, obj: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.standin.apiserver.admission import AdmissionPolicies
 from tests.standin.apiserver.authz import Authorizer, Rule
 from tests.standin.apiserver.certificates import CertificateAuthority, load_chain
 from tests.standin.apiserver.discovery import discovery
@@ -101,6 +102,7 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
         self._nodes: dict[str, dict[str, Any]] = {}
         self._objects = {collection: {} for collection in KINDS}
         self._pods = {}
+        self._admission = AdmissionPolicies()
         self._history = History(watch_history)
         self._requests: list[LoggedRequest] = []
         self._tls_failures: list[str] = []
@@ -180,11 +182,22 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
         allowed: bool = True,
         user: str | None = None,
         rules: Iterable[Rule] | None = None,
+        node: str | None = None,
     ) -> None:
         """Accept a bearer token: allowed everything, or nothing at all, or (``rules``) what
-        those RBAC rules allow, e.g. ``authz.DAEMONSET_RULES``."""
+        those RBAC rules allow, e.g. ``authz.DAEMONSET_RULES``. With ``node``, a service
+        account's token bound to a pod on that node: the user's extra names the node
+        (``authentication.kubernetes.io/node-name``), as admission policies read it."""
         with self._cond:
-            self.authorizer.add_token(token, allowed=allowed, user=user, rules=rules)
+            self.authorizer.add_token(token, allowed=allowed, user=user, rules=rules, node=node)
+
+    def apply_admission_policies(self, documents: Iterable[Mapping[str, Any]]) -> None:
+        """Create or replace ValidatingAdmissionPolicies and their bindings, as ``kubectl
+        apply`` does (admission.py; e.g. ``admission.policy_documents(path)``). They hold for
+        resource.k8s.io writes from the next request on."""
+        with self._cond:
+            for document in documents:
+                self._admission.apply(document)
 
     def remove_token(self, token: str) -> None:
         """Forget a token, as when it expires: requests that bear it get 401 from then on."""

@@ -29,6 +29,8 @@ class Identity:
     user: str
     groups: tuple[str, ...]
     token: str | None = None  # the bearer token it authenticated with
+    # user.Info's Extra: (key, values) pairs, e.g. the node of a pod's service-account token.
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
