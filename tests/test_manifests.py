@@ -50,6 +50,8 @@ POOLS = "overlays/node-pools"
 METRICS = "overlays/metrics"
 DEMO = "examples/token-demo"
 DRA_OVERLAY = "overlays/dra"
+# The DaemonSet's ServiceAccount as the API server names it.
+ACCOUNT = "system:serviceaccount:token-resource:token-resource"
 # Every kustomization a user is told to apply.
 KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, METRICS, DEMO, DRA_OVERLAY)
 
@@ -797,21 +799,42 @@ def test_every_agent_may_read_nodes_and_nothing_more() -> None:
 def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
     objects = rendered(DRA_OVERLAY)
     [account] = of_kind(objects, "ServiceAccount")
+    assert (
+        f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
+        == ACCOUNT
+    )
     assert granted(objects, account) == {
         ("resource.k8s.io", "resourceslices"): {
             "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"
         },
-        ("resource.k8s.io", "resourceclaims"): {"get"},
+        ("resource.k8s.io", "resourceclaims"): {"get", "list"},
         ("", "nodes"): {"get"},
+        ("", "pods"): {"patch"},
     }  # fmt: skip
     assert account["metadata"]["namespace"] == "token-resource"
-    # Each agent held to its own node's slices, for the account the pods run as.
-    [policy] = of_kind(objects, "ValidatingAdmissionPolicy")
-    [policy_binding] = of_kind(objects, "ValidatingAdmissionPolicyBinding")
-    assert policy_binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert policy_binding["spec"]["validationActions"] == ["Deny"]
-    [condition] = policy["spec"]["matchConditions"]
-    assert "system:serviceaccount:token-resource:token-resource" in condition["expression"]
+    # Each agent held to its own node's slices and to one annotation of its own node's pods,
+    # for the account the pods run as.
+    policies = {
+        policy["metadata"]["name"]: policy
+        for policy in of_kind(objects, "ValidatingAdmissionPolicy")
+    }
+    assert sorted(policies) == ["token-resource-own-node-slices", "token-resource-prepare-retry"]
+    bindings = of_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert sorted(binding["spec"]["policyName"] for binding in bindings) == sorted(policies)
+    for binding in bindings:
+        assert binding["spec"]["validationActions"] == ["Deny"]
+    for policy in policies.values():
+        [condition] = policy["spec"]["matchConditions"]
+        assert f'"{ACCOUNT}"' in condition["expression"]
+    pods = policies["token-resource-prepare-retry"]["spec"]["matchConstraints"]["resourceRules"]
+    assert pods == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": ["pods", "pods/*"],
+        }
+    ]
 
 
 def test_the_dra_overlays_device_classes_are_what_the_command_prints() -> None:

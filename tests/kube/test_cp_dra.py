@@ -16,6 +16,9 @@ from tests.harness import AgentProcess
 from tests.kube.client import wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.paths import short_temporary_directory
+from token_resource.apiserver.nudge import Nudged, WaitingPod, nudge_waiting_pods
+from token_resource.apiserver.slices import pool_name
+from token_resource.config.model import KubernetesSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "deploy" / "kubernetes" / "overlays" / "dra"
@@ -172,6 +175,42 @@ def test_slices_with_taints_the_device_class_and_the_real_scheduler(
     condition = unschedulable(pending)
     assert condition is not None
     assert "cannot allocate all claims" in condition["message"], condition
+
+    names = sorted(pod["metadata"]["name"] for pod in bound)
+    check_prepare_retries(control_plane, node, driver, namespace, names, kubeconfig, tmp_path)
+
+
+def check_prepare_retries(
+    control_plane: ControlPlane,
+    node: str,
+    driver: str,
+    namespace: str,
+    names: list[str],
+    kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """The claims the real scheduler allocated name their pods (``names``), which the agent
+    asks the kubelet to prepare again (apiserver/nudge.py)."""
+    # With the kubelet's identity (the host's service) it may not list claims: nothing
+    # changes. With the DaemonSet's account, the bound pods get the annotation, and only they.
+    pools = {pool_name(node, TOKEN)}
+    as_node = nudge_waiting_pods(KubernetesSettings(kubeconfig=kubeconfig), driver, pools, ())
+    assert (as_node.pods, as_node.forbidden) == ((), True), as_node
+    for manifest in (NAMESPACE_YAML, BASE_RBAC, OVERLAY / "rbac.yaml", OVERLAY / "admission.yaml"):
+        control_plane.kubectl("apply", "-f", str(manifest))
+    token = control_plane.service_account_token("token-resource", "token-resource", node)
+    settings = KubernetesSettings(
+        kubeconfig=control_plane.token_kubeconfig(token, tmp_path / "agent.conf"), node_name=node
+    )
+    nudged = nudge_waiting_pods(settings, driver, pools, ())
+    assert nudged == Nudged(tuple(WaitingPod(namespace, name) for name in names)), nudged
+    for item in control_plane.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
+        annotations = item["metadata"].get("annotations", {})
+        assert (f"{driver}/prepare-retry" in annotations) == (item["metadata"]["name"] in names)
+    # A claim the agent prepared already is none of its business.
+    claims = control_plane.admin.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims")
+    uid = claims["items"][0]["metadata"]["uid"]
+    assert len(nudge_waiting_pods(settings, driver, pools, (uid,)).pods) == 1
 
 
 def unschedulable(pod: dict[str, Any]) -> dict[str, Any] | None:

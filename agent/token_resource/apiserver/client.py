@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 REQUEST_TIMEOUT = 10.0
 UNPROCESSABLE = 422  # among others, a JSON patch whose "test" op failed
 JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
 _T = TypeVar("_T")
 _Client = TypeVar("_Client", bound="ApiClient")
@@ -74,6 +75,11 @@ class ApiClient:
         """Apply an RFC 6902 JSON patch to the object at ``path``."""
         body = json.dumps(list(operations)).encode()
         return self._request("PATCH", path, body=body, content_type=JSON_PATCH)
+
+    def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply an RFC 7386 JSON merge patch to the object at ``path``."""
+        body = json.dumps(patch).encode()
+        return self._request("PATCH", path, body=body, content_type=MERGE_PATCH)
 
     def create(self, path: str, item: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``item`` to the collection at ``path``."""

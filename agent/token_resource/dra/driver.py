@@ -21,6 +21,7 @@ import grpc.aio
 
 from token_resource.apiserver.claims import Claim, ClaimClient
 from token_resource.apiserver.credentials import node_name
+from token_resource.apiserver.nudge import describe, nudge_waiting_pods
 from token_resource.apiserver.publisher import PoolWanted, PublisherState, SlicePublisher
 from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import DraSettings, KubernetesSettings, ResourceSpec
@@ -77,9 +78,18 @@ class DraDriver:
             lambda: None if instance is None else self._newer_instance(registration_socket),
         )
         self._claims = ClaimClient()
+        self._observer = observer
+        self._nudging: asyncio.Task[None] | None = None
+        self._told_forbidden = False
         self._registration = RegistrationServer(
             registration_socket,
-            Registration(settings.driver, self._service_socket, self._publisher.resync, on_change),
+            Registration(
+                settings.driver,
+                self._service_socket,
+                self._publisher.resync,
+                on_change,
+                self._registered,
+            ),
         )
         self._service = DraService(
             settings.driver,
@@ -154,6 +164,35 @@ class DraDriver:
         self._publisher.apply(kubernetes, self._settings.driver, pools)
         self._health.set_health(health)
 
+    def _registered(self) -> None:
+        """The kubelet has the driver now: ask it for the prepares it could not make before
+        (apiserver.nudge), once per registration."""
+        if self._nudging is None or self._nudging.done():
+            self._nudging = asyncio.ensure_future(self._nudge_waiting_pods())
+
+    async def _nudge_waiting_pods(self) -> None:
+        nudged = await asyncio.to_thread(
+            nudge_waiting_pods,
+            self._kubernetes,
+            self._settings.driver,
+            frozenset(self.pools()),
+            frozenset(self._prepared),
+        )
+        if nudged.pods:
+            log.info(
+                "asked the kubelet to prepare %d pod(s) it could not while the driver was away: %s",
+                len(nudged.pods),
+                describe(nudged.pods),
+            )
+            self._observer.prepares_retried(len(nudged.pods))
+        elif nudged.problem is not None and not (nudged.forbidden and self._told_forbidden):
+            self._told_forbidden = nudged.forbidden
+            log.warning(
+                "cannot ask the kubelet to retry the prepares it could not make before the "
+                "driver registered (%s): such pods wait for its resync, about a minute",
+                nudged.problem,
+            )
+
     def _newer_instance(self, own: Path) -> str | None:
         newer = newer_instance(self._settings, own)
         return None if newer is None else str(newer)
@@ -177,6 +216,8 @@ class DraDriver:
         """Deregister first (the kubelet stops calling), then stop serving. The slices stay:
         the kubelet removes them 30 s after the driver is gone, unless it comes back."""
         await self._registration.stop()
+        if self._nudging is not None:
+            self._nudging.cancel()
         if self._server is not None:
             server, self._server = self._server, None
             self._health.close()

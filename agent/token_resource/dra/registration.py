@@ -107,12 +107,15 @@ class Registration:
         endpoint: Path,
         on_info: Callable[[], None],
         on_change: Callable[[], None],
+        on_registered: Callable[[], None] = lambda: None,
     ) -> None:
-        """``endpoint``: the DRA service socket; ``on_info``: the kubelet asked GetInfo."""
+        """``endpoint``: the DRA service socket; ``on_info``: the kubelet asked GetInfo;
+        ``on_registered``: it said the driver is registered (after each of its starts)."""
         self._driver = driver
         self._endpoint = endpoint
         self._on_info = on_info
         self._on_change = on_change
+        self._on_registered = on_registered
         self.registered: bool | None = None
         self.error: str | None = None
 
@@ -136,6 +139,8 @@ class Registration:
                 log.error("the kubelet refused DRA driver %s: %s", self._driver, error)
         self.registered, self.error = registered, error
         self._on_change()
+        if registered:
+            self._on_registered()
         return pb.RegistrationStatusResponse()
 
 

@@ -94,6 +94,11 @@ class Metrics:
             )
             for action in ("prepare", "unprepare")
         }
+        self._prepares_retried = Counter(
+            "token_resource_dra_prepare_retries",
+            "Pods whose prepare the kubelet was asked to retry once the DRA driver registered",
+            registry=registry,
+        )
         self._probe_runs = Counter(
             "token_resource_probe_runs",
             "Checks of each resource's probe, by result (passed: every token; failed)",
@@ -132,6 +137,9 @@ class Metrics:
 
     def claim_unprepared(self, *, ok: bool) -> None:
         self._claims["unprepare"].labels("ok" if ok else "failed").inc()
+
+    def prepares_retried(self, pods: int) -> None:
+        self._prepares_retried.inc(pods)
 
     def probe_ran(self, resource: str, seconds: float, *, ok: bool) -> None:
         self._probe_runs.labels(resource, "passed" if ok else "failed").inc()

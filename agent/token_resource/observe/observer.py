@@ -38,6 +38,9 @@ class Observer(Protocol):
     def probe_ran(self, resource: str, seconds: float, *, ok: bool) -> None:
         """A check of the resource's probe took ``seconds``; ``ok``: every token passed."""
 
+    def prepares_retried(self, pods: int) -> None:
+        """The kubelet was asked to prepare ``pods`` pods again (apiserver.nudge)."""
+
 
 class NullObserver:
     """Counts nothing: the agent without metrics."""
@@ -64,4 +67,7 @@ class NullObserver:
         pass
 
     def probe_ran(self, resource: str, seconds: float, *, ok: bool) -> None:
+        pass
+
+    def prepares_retried(self, pods: int) -> None:
         pass
