@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ ANNOTATION = "prepare-retry"  # under the driver's name: <driver>/prepare-retry
 FORBIDDEN = 403
 # Pods a log line names before it says "and N more".
 LOGGED_PODS = 5
+# A node's reboot nudges all its token pods at once: at most this many patches a second.
+PATCHES_PER_SECOND = 50
 
 
 @dataclass(frozen=True, order=True)
@@ -89,7 +92,9 @@ def nudge_waiting_pods(
             waiting = waiting_pods(listed.get("items") or [], driver, pools, prepared)
             now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             done = []
-            for pod in waiting:
+            for number, pod in enumerate(waiting):
+                if number:
+                    time.sleep(1 / PATCHES_PER_SECOND)
                 try:
                     client.merge_patch(
                         f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/"

@@ -187,7 +187,10 @@ class DraDriver:
             self._observer.prepares_retried(len(nudged.pods))
         elif nudged.problem is not None and not (nudged.forbidden and self._told_forbidden):
             self._told_forbidden = nudged.forbidden
-            log.warning(
+            # The host's service (the kubelet's credentials) may not, and needs not: its
+            # driver registers before the kubelet starts.
+            log.log(
+                logging.WARNING if self._kubernetes.in_cluster else logging.INFO,
                 "cannot ask the kubelet to retry the prepares it could not make before the "
                 "driver registered (%s): such pods wait for its resync, about a minute",
                 nudged.problem,
