@@ -32,6 +32,7 @@ from tests.standin.kubelet_rules import (
     _abridged,
     _describe,
     device_problems,
+    rpc_error,
 )
 from tests.standin.kubelet_state import LOG, KubeletState
 from token_resource.protocol import deviceplugin_pb2 as pb
@@ -320,9 +321,3 @@ def wait_until_ended(links: Sequence[Link], seconds: float) -> None:
 
 def serialize(message: Message) -> bytes:
     return message.SerializeToString()
-
-
-def rpc_error(error: grpc.RpcError) -> str:
-    """As grpc-go prints a status, e.g. ``rpc error: code = Unavailable desc = ...``."""
-    code = "".join(word.capitalize() for word in error.code().name.split("_"))
-    return f"rpc error: code = {code} desc = {error.details()}"

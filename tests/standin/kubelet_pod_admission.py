@@ -24,7 +24,8 @@ from tests.standin.admission import (
     admit_pods,
     describe_admission,
 )
-from tests.standin.kubelet_links import DevicePluginClients, rpc_error
+from tests.standin.kubelet_links import DevicePluginClients
+from tests.standin.kubelet_rules import rpc_error
 from token_resource.protocol.deviceplugin import HEALTHY
 
 

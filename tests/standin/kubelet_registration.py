@@ -19,8 +19,14 @@ from typing import NoReturn
 
 import grpc
 
-from tests.standin.kubelet_links import DevicePluginClients, DialError, Link, rpc_error, serialize
-from tests.standin.kubelet_rules import Options, ResourceView, _quote, registration_problem
+from tests.standin.kubelet_links import DevicePluginClients, DialError, Link, serialize
+from tests.standin.kubelet_rules import (
+    Options,
+    ResourceView,
+    _quote,
+    registration_problem,
+    rpc_error,
+)
 from token_resource.protocol import deviceplugin_pb2 as pb
 from token_resource.protocol.deviceplugin import GET_DEVICE_PLUGIN_OPTIONS, MAX_MESSAGE_BYTES
 

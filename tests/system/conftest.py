@@ -56,6 +56,10 @@ STANDIN_FILES = tuple(
         # The DRA side, imported only with its options.
         "standin/kubelet_plugins.py",
         "standin/kubelet_dra.py",
+        "standin/kubelet_dra_calls.py",
+        "standin/kubelet_dra_health.py",
+        "standin/kubelet_dra_state.py",
+        "standin/kubelet_dra_wipes.py",
     )
 )
 # Booting, installing and the watchdog test take longer than the unit tests' 120 s default.
