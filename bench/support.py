@@ -19,7 +19,8 @@ from pathlib import Path
 from types import TracebackType
 
 from tests.harness import NotifySocket
-from tests.standin.kubelet import KubeletStandin, _Link
+from tests.standin.kubelet import KubeletStandin
+from tests.standin.kubelet_links import Link
 from token_resource.protocol import deviceplugin_pb2 as pb
 
 AGENT_COMMAND = (sys.executable, "-m", "token_resource", "run")
@@ -150,7 +151,7 @@ class TimedKubelet(KubeletStandin):
             self._expectations.append(expectation)
         return expectation
 
-    def _received(self, link: _Link, response: pb.ListAndWatchResponse) -> None:
+    def _received(self, link: Link, response: pb.ListAndWatchResponse) -> None:
         super()._received(link, response)
         now = time.monotonic()
         with self._hook_lock:

@@ -22,8 +22,10 @@ from token_resource.protocol import deviceplugin_pb2 as pb
 from token_resource.protocol.deviceplugin import HEALTHY, UNHEALTHY, VERSION
 
 if TYPE_CHECKING:
+    import grpc
+
     from tests.standin.admission import PodStatus
-    from tests.standin.kubelet_dra import DraView
+    from tests.standin.kubelet_dra_state import DraView
 
 
 # The longest name part of a resource name, and the longest device ID the protocol allows.
@@ -296,6 +298,13 @@ def wait_for_view(
             cond.wait(remaining)
     name = getattr(predicate, "__qualname__", repr(predicate))
     raise AssertionError(f"{who}: {name} still false after {timeout:g} s; {what}:\n{view.pretty()}")
+
+
+def rpc_error(error: grpc.RpcError) -> str:
+    """As grpc-go prints a status, e.g. ``rpc error: code = Unavailable desc = ...``: the
+    text of the kubelet's errors from a call on a plugin."""
+    code = "".join(word.capitalize() for word in error.code().name.split("_"))
+    return f"rpc error: code = {code} desc = {error.details()}"
 
 
 def _quote(text: str) -> str:

@@ -47,11 +47,19 @@ STANDIN_FILES = tuple(
         "standin/admission.py",
         "standin/kubelet.py",
         "standin/kubelet_endpoints.py",
+        "standin/kubelet_links.py",
+        "standin/kubelet_pod_admission.py",
+        "standin/kubelet_registration.py",
         "standin/kubelet_rules.py",
         "standin/kubelet_script.py",
+        "standin/kubelet_state.py",
         # The DRA side, imported only with its options.
         "standin/kubelet_plugins.py",
         "standin/kubelet_dra.py",
+        "standin/kubelet_dra_calls.py",
+        "standin/kubelet_dra_health.py",
+        "standin/kubelet_dra_state.py",
+        "standin/kubelet_dra_wipes.py",
     )
 )
 # Booting, installing and the watchdog test take longer than the unit tests' 120 s default.
