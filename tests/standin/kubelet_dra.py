@@ -100,14 +100,17 @@ class ApiAccess:
     cert_pem: bytes
     key_pem: bytes
 
-    def request(self, verb: str, path: str, timeout: float = 10.0) -> tuple[int, Any]:
+    def connection(self, timeout: float | None = 10.0) -> http.client.HTTPSConnection:
         context = ssl.create_default_context(cadata=self.ca_pem.decode())
         with tempfile.TemporaryDirectory(prefix="kubelet-standin-") as directory:
             pair = Path(directory, "client.pem")
             pair.write_bytes(self.cert_pem + self.key_pem)
             context.load_cert_chain(pair)
         host, _, port = self.url.removeprefix("https://").partition(":")
-        connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=timeout)
+        return http.client.HTTPSConnection(host, int(port), context=context, timeout=timeout)
+
+    def request(self, verb: str, path: str, timeout: float = 10.0) -> tuple[int, Any]:
+        connection = self.connection(timeout)
         try:
             connection.request(verb, path)
             response = connection.getresponse()
@@ -159,6 +162,7 @@ class DriverView:
     deregistrations: int = 0
     unregistered: int = 0  # times a deregistration left the driver with no plugin
     last_error: str | None = None  # of the latest refused registration
+    registered_at: float | None = None  # time.monotonic() of its latest registration
     wipes: int = 0  # slice wipes done for this driver after its grace
     prepares: tuple[DraCall, ...] = ()
     unprepares: tuple[DraCall, ...] = ()
@@ -342,7 +346,7 @@ class DraManager:
             plugin.health_service = self.health_service(versions)
             self._plugins.setdefault(name, []).append(plugin)
             view = self._drivers.get(name, DriverView(name))
-            self._update(name, registrations=view.registrations + 1)
+            self._update(name, registrations=view.registrations + 1, registered_at=time.monotonic())
             self._sync(name)
             self._changed(f"DRA driver {name}: plugin at {endpoint} registered ({chosen})")
         _close_channels(replaced)
