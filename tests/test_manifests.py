@@ -805,13 +805,15 @@ def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
         ("", "nodes"): {"get"},
     }  # fmt: skip
     assert account["metadata"]["namespace"] == "token-resource"
-    # Each agent held to its own node's slices, for the account the pods run as.
-    [policy] = of_kind(objects, "ValidatingAdmissionPolicy")
-    [policy_binding] = of_kind(objects, "ValidatingAdmissionPolicyBinding")
-    assert policy_binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert policy_binding["spec"]["validationActions"] == ["Deny"]
-    [condition] = policy["spec"]["matchConditions"]
-    assert "system:serviceaccount:token-resource:token-resource" in condition["expression"]
+    # Each agent held to its own node's slices and pods, for the account the pods run as.
+    policies = of_kind(objects, "ValidatingAdmissionPolicy")
+    bindings = of_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert [b["spec"]["policyName"] for b in bindings] == [p["metadata"]["name"] for p in policies]
+    assert len(policies) == 2
+    for policy, policy_binding in zip(policies, bindings):
+        assert policy_binding["spec"]["validationActions"] == ["Deny"]
+        [condition] = policy["spec"]["matchConditions"]
+        assert "system:serviceaccount:token-resource:token-resource" in condition["expression"]
 
 
 def test_the_dra_overlays_device_classes_are_what_the_command_prints() -> None:

@@ -1,6 +1,6 @@
 """A Kubernetes API server stand-in over HTTPS: the Node object and its ``status`` subresource,
-Pods (pods.py), and resource.k8s.io/v1 (ResourceSlices, ResourceClaims, DeviceClasses; resources.py, watch.py,
-validation.py, scheduler.py, discovery.py).
+Pods (pods.py), and resource.k8s.io/v1 (ResourceSlices, ResourceClaims, DeviceClasses;
+resources.py, watch.py, validation.py, scheduler.py, discovery.py).
 
 For Nodes, it answers the requests a node agent makes when it advertises extended resources
 through the Node status, the way a real API server (1.32 to 1.36) answers them:
