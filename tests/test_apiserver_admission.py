@@ -190,7 +190,7 @@ def test_the_shipped_policy_is_one_the_standin_evaluates() -> None:
     assert [d["kind"] for d in documents] == [
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
-    ]
+    ] * 2
     policies = AdmissionPolicies()
     for document in documents:
         policies.apply(document)
@@ -217,7 +217,9 @@ def policy(**spec: Any) -> dict[str, Any]:
     "expression",
     [
         "has(object.spec.nodeName)",
-        "object.spec.nodeName == 'a'",
+        "object.spec.nodeName.size() == 1",
+        "object.spec.?nodeName == 'a'",  # an optional, not a string
+        "object.metadata.?annotations.orValue({}).all(k, k.endsWith('/x'))",
         "request.userInfo.username.startsWith('system:')",
         "variables.undeclared == ''",
         "'a\\'b' == 'c'",

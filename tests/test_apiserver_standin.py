@@ -415,7 +415,7 @@ def test_unknown_node_is_404(admin: Client) -> None:
 
 
 def test_unknown_path_is_404(admin: Client) -> None:
-    body = assert_status(admin.get("/api/v1/pods"), 404, "NotFound")
+    body = assert_status(admin.get("/api/v1/services"), 404, "NotFound")
     assert body["message"] == "the server could not find the requested resource"
 
 

@@ -818,7 +818,10 @@ def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
         policy["metadata"]["name"]: policy
         for policy in of_kind(objects, "ValidatingAdmissionPolicy")
     }
-    assert sorted(policies) == ["token-resource-own-node-slices", "token-resource-prepare-retry"]
+    assert sorted(policies) == [
+        "token-resource-own-node-pod-nudges",
+        "token-resource-own-node-slices",
+    ]
     bindings = of_kind(objects, "ValidatingAdmissionPolicyBinding")
     assert sorted(binding["spec"]["policyName"] for binding in bindings) == sorted(policies)
     for binding in bindings:
@@ -826,13 +829,15 @@ def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
     for policy in policies.values():
         [condition] = policy["spec"]["matchConditions"]
         assert f'"{ACCOUNT}"' in condition["expression"]
-    pods = policies["token-resource-prepare-retry"]["spec"]["matchConstraints"]["resourceRules"]
+    pods = policies["token-resource-own-node-pod-nudges"]["spec"]["matchConstraints"][
+        "resourceRules"
+    ]
     assert pods == [
         {
             "apiGroups": [""],
             "apiVersions": ["*"],
             "operations": ["UPDATE"],
-            "resources": ["pods", "pods/*"],
+            "resources": ["pods"],
         }
     ]
 

@@ -72,6 +72,7 @@ from token_resource.protocol.deviceplugin import KUBELET_SOCKET, registration_ha
 if TYPE_CHECKING:
     from tests.standin.kubelet_dra import ApiAccess, CallResult
     from tests.standin.kubelet_plugins import PluginWatcher
+    from tests.standin.kubelet_pods import PodSource, PodWorkers
 
 # What tests import from here: the stand-in, and the views and rules it applies.
 __all__ = [
@@ -124,6 +125,7 @@ class KubeletStandin(RegistrationServer, PodAdmission):
         deregistration_grace: float = 30.0,
         dra_resource_health: str | None = "1.36",
         dra_health_retry: float = 5.0,
+        pod_source: PodSource | None = None,
     ) -> None:
         """``device_manager``: "1.32", "1.36" or "1.37" (see the module's docstring); with
         ``register_first`` only "1.32".
@@ -141,7 +143,8 @@ class KubeletStandin(RegistrationServer, PodAdmission):
         driver's slices ``deregistration_grace`` seconds after its last plugin left, watching
         every plugin's health as a ``dra_resource_health`` kubelet does ("1.36": v1alpha1 on
         every plugin; "1.37": the health service the plugin lists; None: none), again
-        ``dra_health_retry`` seconds after each end of a stream."""
+        ``dra_health_retry`` seconds after each end of a stream. With ``pod_source`` too, it
+        syncs the node's pods that hold claims as the 1.36 pod workers do (kubelet_pods.py)."""
         self.socket_dir = Path(os.path.abspath(socket_dir))
         self._dial_timeout = dial_timeout
         if device_manager not in DEVICE_MANAGERS or (register_first and device_manager != "1.32"):
@@ -172,6 +175,7 @@ class KubeletStandin(RegistrationServer, PodAdmission):
         self._synced = 0
         self._dra = None
         self._watcher: PluginWatcher | None = None
+        self._pod_workers: PodWorkers | None = None
         if plugins_registry_dir is not None:
             dra = _sibling("kubelet_dra")
             self._dra = dra.DraManager(
@@ -185,6 +189,10 @@ class KubeletStandin(RegistrationServer, PodAdmission):
                 resource_health=dra_resource_health,
                 health_retry=dra_health_retry,
             )
+            if pod_source is not None:
+                self._pod_workers = _sibling("kubelet_pods").PodWorkers(
+                    self._cond, self._changed, self._dra, node, pod_source
+                )
             self._watcher = _sibling("kubelet_plugins").PluginWatcher(
                 Path(os.path.abspath(plugins_registry_dir)),
                 {"DRAPlugin": self._dra},
@@ -253,10 +261,14 @@ class KubeletStandin(RegistrationServer, PodAdmission):
         if self._dra is not None and self._watcher is not None:
             self._dra.start()  # the node-wide slice wipe, in the background as in the kubelet
             self._watcher.start()
+            if self._pod_workers is not None:
+                self._pod_workers.start()
 
     def stop(self) -> None:
         """Stop serving, end every ListAndWatch stream, remove ``kubelet.sock``; forget every
         DRA plugin. Idempotent."""
+        if self._pod_workers is not None:
+            self._pod_workers.stop()
         if self._watcher is not None and self._dra is not None:
             self._watcher.stop()
             self._dra.stop()

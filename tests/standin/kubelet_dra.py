@@ -214,7 +214,7 @@ class DraManager(SliceWipes, HealthWatch, PluginCalls):
             plugin.health_service = self.health_service(versions)
             self._plugins.setdefault(name, []).append(plugin)
             view = self._drivers.get(name, DriverView(name))
-            self._update(name, registrations=view.registrations + 1)
+            self._update(name, registrations=view.registrations + 1, registered_at=time.monotonic())
             self._sync(name)
             self._changed(f"DRA driver {name}: plugin at {endpoint} registered ({chosen})")
         _close_channels(replaced)

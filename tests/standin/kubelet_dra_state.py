@@ -64,6 +64,7 @@ class DriverView:
     deregistrations: int = 0
     unregistered: int = 0  # times a deregistration left the driver with no plugin
     last_error: str | None = None  # of the latest refused registration
+    registered_at: float | None = None  # time.monotonic() of its latest registration
     wipes: int = 0  # slice wipes done for this driver after its grace
     prepares: tuple[DraCall, ...] = ()
     unprepares: tuple[DraCall, ...] = ()

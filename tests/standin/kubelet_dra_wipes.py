@@ -38,14 +38,17 @@ class ApiAccess:
     cert_pem: bytes
     key_pem: bytes
 
-    def request(self, verb: str, path: str, timeout: float = 10.0) -> tuple[int, Any]:
+    def connection(self, timeout: float | None = 10.0) -> http.client.HTTPSConnection:
         context = ssl.create_default_context(cadata=self.ca_pem.decode())
         with tempfile.TemporaryDirectory(prefix="kubelet-standin-") as directory:
             pair = Path(directory, "client.pem")
             pair.write_bytes(self.cert_pem + self.key_pem)
             context.load_cert_chain(pair)
         host, _, port = self.url.removeprefix("https://").partition(":")
-        connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=timeout)
+        return http.client.HTTPSConnection(host, int(port), context=context, timeout=timeout)
+
+    def request(self, verb: str, path: str, timeout: float = 10.0) -> tuple[int, Any]:
+        connection = self.connection(timeout)
         try:
             connection.request(verb, path)
             response = connection.getresponse()

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from tests.standin.admission import PodStatus
     from tests.standin.kubelet_dra_state import DraView
+    from tests.standin.kubelet_pods import PodSyncView
 
 
 # The longest name part of a resource name, and the longest device ID the protocol allows.
@@ -148,6 +149,8 @@ class KubeletView:
     # Every pod this stand-in admitted or rejected, its latest decision.
     pods: Mapping[str, PodStatus] = field(default_factory=dict)
     dra: DraView | None = None  # the DRA side, when the stand-in has a plugins_registry_dir
+    # Its pods with claims, by "<namespace>/<name>", when it has a pod_source (kubelet_pods.py).
+    pod_syncs: Mapping[str, PodSyncView] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Resource name -> allocatable, for terse asserts."""
@@ -163,6 +166,11 @@ class KubeletView:
             "admitted_at": self.admitted_at,
             "pods": {name: status.to_dict() for name, status in sorted(self.pods.items())},
             **({"dra": self.dra.to_dict()} if self.dra is not None else {}),
+            **(
+                {"pod_syncs": {k: asdict(v) for k, v in self.pod_syncs.items()}}
+                if self.pod_syncs
+                else {}
+            ),
         }
 
     def pretty(self) -> str:

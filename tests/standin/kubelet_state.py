@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import grpc
 
     from tests.standin.kubelet_dra import DraManager
+    from tests.standin.kubelet_pods import PodWorkers
 
 LOG = logging.getLogger("kubelet-standin")
 
@@ -52,6 +53,7 @@ class KubeletState:
     _admitted_at: float | None
     _statuses: dict[str, PodStatus]
     _dra: DraManager | None  # the DRA side, if on
+    _pod_workers: PodWorkers | None  # the pod sync, if on (kubelet_pods.py)
 
     @property
     def socket_path(self) -> Path:
@@ -90,6 +92,7 @@ class KubeletState:
             admitted_at=self._admitted_at,
             pods=MappingProxyType(dict(self._statuses)),
             dra=None if self._dra is None else self._dra.snapshot(),
+            pod_syncs={} if self._pod_workers is None else self._pod_workers.snapshot(),
         )
 
     def _changed(self, *events: str) -> None:

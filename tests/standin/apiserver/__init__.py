@@ -1,6 +1,6 @@
 """A Kubernetes API server stand-in over HTTPS: the Node object and its ``status`` subresource,
-and resource.k8s.io/v1 (ResourceSlices, ResourceClaims, DeviceClasses; resources.py, watch.py,
-validation.py, scheduler.py, discovery.py).
+Pods (pods.py), and resource.k8s.io/v1 (ResourceSlices, ResourceClaims, DeviceClasses;
+resources.py, watch.py, validation.py, scheduler.py, discovery.py).
 
 For Nodes, it answers the requests a node agent makes when it advertises extended resources
 through the Node status, the way a real API server (1.32 to 1.36) answers them:
@@ -63,7 +63,7 @@ resource.k8s.io (scheduler.py): ``allocate_claim``, ``deallocate``, ``delete_cla
 Not implemented: lists and watches of Nodes, PUT of Nodes, server-side apply
 (``application/apply-patch+yaml`` is 415 here), list pagination (``limit``/``continue`` are
 ignored), label selectors, aggregated discovery, objects of resource.k8s.io's beta versions,
-Pods over HTTP (they exist for the Node authorizer's graph and the view only).
+writes of Pods but PATCH of the main resource (pods.py: get, list, watch, patch).
 """
 
 from __future__ import annotations

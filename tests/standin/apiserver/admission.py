@@ -1,5 +1,5 @@
 """ValidatingAdmissionPolicies and their bindings, applied to writes of resource.k8s.io objects
-as the real API server's validating admission plugin applies them
+and of pods (pods.py) as the real API server's validating admission plugin applies them
 (k8s.io/apiserver/pkg/admission/plugin/policy/validating: dispatcher.go ``Dispatch``,
 validator.go ``Validate``; ``matchConstraints`` as webhook/predicates/rules/rules.go
 ``Matcher``, ``matchConditions`` as webhook/matchconditions/matcher.go ``Match``).
@@ -10,8 +10,9 @@ A stand-in has none until a test applies them
 the next request on (a real server's informer takes a moment). Their CEL is cel.py's: a policy
 with an expression or a field the stand-in cannot evaluate is refused when it is applied
 (:class:`UnsupportedPolicy`), never half enforced. Supported: ``failurePolicy``;
-``matchConstraints.resourceRules`` for resource.k8s.io (``apiGroups``, ``apiVersions``,
-``operations``, ``resources``, ``scope``; no selectors, no ``excludeResourceRules``);
+``matchConstraints.resourceRules`` for resource.k8s.io and the core group's ``pods``
+(``apiGroups``, ``apiVersions``, ``operations``, ``resources``, ``scope``; no selectors, no
+``excludeResourceRules``);
 ``matchConditions``, ``variables``, ``validations`` (``expression``, ``message``,
 ``messageExpression``, ``reason``); bindings with ``validationActions: [Deny]`` and neither
 ``paramRef`` nor ``matchResources``.
@@ -60,6 +61,15 @@ _VALIDATION_FIELDS = {"expression", "message", "messageExpression", "reason"}
 _BINDING_FIELDS = {"policyName", "validationActions"}
 # policy_decision.go, reasonToCode: the reasons a validation may give.
 _CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413, "Invalid": 422}
+# The writes that pass through admission here: (group, resource) of resource.k8s.io's objects
+# and the core group's pods (pods.py; their subresources are not served).
+_ADMITTED = {
+    (RESOURCE_GROUP, "resourceslices"),
+    (RESOURCE_GROUP, "resourceclaims"),
+    (RESOURCE_GROUP, "deviceclasses"),
+    (RESOURCE_GROUP, "*"),
+    ("", "pods"),
+}
 _MAX_MESSAGE = 5 * 1024  # celconfig.MaxEvaluatedMessageExpressionSizeBytes
 
 
@@ -186,9 +196,13 @@ def _compile_policy(document: Mapping[str, Any]) -> _Policy:
     rules = tuple(constraints.get("resourceRules") or ())
     for rule in rules:
         _unsupported("resourceRules fields", rule, _RULE_FIELDS)
-        if any(group != RESOURCE_GROUP for group in rule.get("apiGroups", ())):
-            # Only resource.k8s.io's writes pass through admission policies here.
-            raise UnsupportedPolicy(f"the stand-in admits {RESOURCE_GROUP} only, not {rule}")
+        if any(
+            (group, resource) not in _ADMITTED
+            for group in rule.get("apiGroups", ())
+            for resource in rule.get("resources", ())
+        ):
+            # Only these writes pass through admission policies here.
+            raise UnsupportedPolicy(f"the stand-in admits {sorted(_ADMITTED)} only, not {rule}")
     declared: dict[str, Expression] = {}
     for variable in spec.get("variables") or ():  # each may use the ones before it
         declared[variable["name"]] = compile_expression(variable["expression"], declared)
@@ -251,17 +265,18 @@ class AdmissionPolicies:
         name: str,
         obj: Mapping[str, Any] | None,
         old: Mapping[str, Any] | None,
+        group: str = RESOURCE_GROUP,
     ) -> None:
-        """Refuse (:class:`Fail`) a write of resource.k8s.io/v1 ``resource`` by ``identity``
-        that a policy denies: ``obj`` is the object as it would be stored, ``old`` the stored
-        one; ``name`` the request's (none for a deletecollection)."""
+        """Refuse (:class:`Fail`) a write of ``group``/v1 ``resource`` by ``identity`` that a
+        policy denies: ``obj`` is the object as it would be stored, ``old`` the stored one;
+        ``name`` the request's (none for a deletecollection)."""
         if not self._bindings:
             return
         namespace = str(((obj or old or {}).get("metadata") or {}).get("namespace") or "")
         extra = dict(identity.extra)
         request = AdmissionRequest(
             operation,
-            RESOURCE_GROUP,
+            group,
             "v1",
             resource,
             namespace,

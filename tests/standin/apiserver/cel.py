@@ -14,7 +14,16 @@ enforced. Whitespace outside string literals is insignificant, as in CEL. The fo
 - ``'<key>' in request.userInfo.extra ? request.userInfo.extra['<key>'][0] : ''``: the
   first value of one of the user's extras, or '';
 - ``(request.operation == 'DELETE' ? oldObject : object).spec.?<field>.orValue('')``: a field
-  of the object's spec (the old object for a DELETE, which has no other), or '' without one.
+  of the object's spec (the old object for a DELETE, which has no other), or '' without one;
+- a path into ``object`` or ``oldObject``: ``.<field>`` selects (``no such key`` without it),
+  ``.?<field>`` selects optionally, and a path with one must end in ``.orValue('')``,
+  ``.orValue({})`` or ``.orValue([])`` (an optional is no operand here), e.g.
+  ``oldObject.spec.?nodeName.orValue('')``, ``object.spec == oldObject.spec`` (an operand);
+- ``A.metadata.?annotations.orValue({}).all(k, k.endsWith('<suffix>') || (k in
+  B.metadata.?annotations.orValue({}) && B.metadata.annotations[k] ==
+  A.metadata.annotations[k]))`` with A and B ``object`` and ``oldObject`` in either order (any
+  variable name for ``k``): every annotation of A but those whose key ends in the suffix is
+  in B with the same value (both orders together: the two differ in those annotations only).
 
 Errors are CEL's where the real evaluator (k8s.io/apiserver/pkg/admission/plugin/cel) raises
 one: ``no such key`` for a missing field selected without ``?``; their exact words are not
@@ -74,12 +83,25 @@ Expression = Callable[[Activation], Any]
 _LITERAL = r"'[^'\\\n]*'|\"[^\"\\\n]*\""
 _TOKENS = re.compile(rf"({_LITERAL})")
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_OPERAND = rf"(?:{_LITERAL}|variables\.{_NAME}|request\.userInfo\.username|request\.operation)"
+_OBJECT_PATH = (
+    rf"(?:object|oldObject)(?:\.\??(?!orValue\(){_NAME})*(?:\.orValue\((?:''|\{{\}}|\[\])\))?"
+)
+_OPERAND = (
+    rf"(?:{_LITERAL}|variables\.{_NAME}|request\.userInfo\.username|request\.operation"
+    rf"|{_OBJECT_PATH})"
+)
 _COMPARISON = re.compile(rf"(?P<left>{_OPERAND})(?P<operator>==|!=)(?P<right>{_OPERAND})")
 _CONCATENATION = re.compile(rf"{_OPERAND}(?:\+{_OPERAND})*")
 _EXTRA = re.compile(
     r"'(?P<key>[^'\\\n]*)'inrequest\.userInfo\.extra\?"
     r"request\.userInfo\.extra\['(?P=key)'\]\[0\]:''"
+)
+_ANNOTATIONS = r"(?P<{}>object|oldObject)\.metadata\.\?annotations\.orValue\(\{{\}}\)"
+_ANNOTATIONS_KEPT = re.compile(
+    _ANNOTATIONS.format("a")
+    + rf"\.all\((?P<k>{_NAME}),(?P=k)\.endsWith\('(?P<suffix>[^'\\\n]*)'\)\|\|\("
+    + rf"(?P=k)in{_ANNOTATIONS.format('b')}&&(?P=b)\.metadata\.annotations\[(?P=k)\]=="
+    + r"(?P=a)\.metadata\.annotations\[(?P=k)\]\)\)"
 )
 _SPEC_FIELD = re.compile(
     rf"\(request\.operation=='DELETE'\?oldObject:object\)\.spec\.\?(?P<field>{_NAME})"
@@ -105,6 +127,14 @@ def compile_expression(text: str, variables: Collection[str]) -> Expression:
     extra = _EXTRA.fullmatch(compact)
     if extra:
         return _first_extra(extra["key"])
+    return _object_form(compact, text)
+
+
+def _object_form(compact: str, text: str) -> Expression:
+    """The forms that read the objects as a whole."""
+    kept = _ANNOTATIONS_KEPT.fullmatch(compact)
+    if kept and kept["a"] != kept["b"]:
+        return _annotations_kept(kept["a"], kept["b"], kept["suffix"])
     spec_field = _SPEC_FIELD.fullmatch(compact)
     if spec_field:
         return _spec_field(spec_field["field"])
@@ -134,6 +164,8 @@ def _operand(text: str, variables: Collection[str]) -> Expression:
         return lambda activation: activation.request.username
     if text == "request.operation":
         return lambda activation: activation.request.operation
+    if text.startswith(("object", "oldObject")):
+        return _object_path(text)
     name = text[len("variables.") :]
     if name not in variables:
         raise UnsupportedExpression(f"undeclared reference to {text!r}")
@@ -167,5 +199,58 @@ def _spec_field(name: str) -> Expression:
         spec = obj["spec"]
         value = spec.get(name) if isinstance(spec, Mapping) else None
         return "" if value is None else value
+
+    return evaluate
+
+
+_DEFAULTS = {"''": "", "{}": {}, "[]": []}
+
+
+def _side(activation: Activation, root: str) -> Any:
+    """``object`` or ``oldObject``: null for a DELETE's object and a CREATE's old object."""
+    request = activation.request
+    return request.obj if root == "object" else request.old
+
+
+def _object_path(text: str) -> Expression:
+    """A selection from ``object`` or ``oldObject`` (optional ones end in ``orValue``)."""
+    path, _, default_text = text.partition(".orValue(")
+    root, *selections = path.split(".")
+    optional = any(selection.startswith("?") for selection in selections)
+    if optional != bool(default_text):
+        raise UnsupportedExpression(f"the stand-in compares no optional values: {text!r}")
+    default = _DEFAULTS.get(default_text[:-1])
+
+    def evaluate(activation: Activation) -> Any:
+        value: Any = _side(activation, root)
+        for selection in selections:
+            name = selection.lstrip("?")
+            if isinstance(value, Mapping) and name in value:
+                value = value[name]
+            elif selection.startswith("?") or value is _ABSENT:
+                value = _ABSENT  # an optional selection: none from here on
+            else:
+                raise EvaluationError(f"no such key: {name}")
+        return default if value is _ABSENT else value
+
+    return evaluate
+
+
+_ABSENT = object()
+
+
+def _annotations_kept(first: str, second: str, suffix: str) -> Expression:
+    def evaluate(activation: Activation) -> bool:
+        def annotations(root: str) -> Mapping[str, Any]:
+            obj = _side(activation, root)
+            if not isinstance(obj, Mapping) or "metadata" not in obj:
+                raise EvaluationError("no such key: metadata")
+            return obj["metadata"].get("annotations") or {}
+
+        mine, theirs = annotations(first), annotations(second)
+        return all(
+            key.endswith(suffix) or (key in theirs and theirs[key] == value)
+            for key, value in mine.items()
+        )
 
     return evaluate

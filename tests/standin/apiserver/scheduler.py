@@ -43,6 +43,9 @@ class SchedulerMixin:
     def _remove(self, collection: str, key: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _put_pod(self, pod: dict[str, Any], change: str) -> dict[str, Any]:
+        raise NotImplementedError
+
     def _current_revision(self) -> int:
         raise NotImplementedError
 
@@ -141,8 +144,8 @@ class SchedulerMixin:
                 },
             }
             stored = self._put("resourceclaims", claim_key(namespace, name), claim, "ADDED")
-            self._pods[claim_key(namespace, pod)] = _pod(
-                namespace, pod, pod_uid, node, name, count, extended_resource
+            self._put_pod(
+                _pod(namespace, pod, pod_uid, node, name, count, extended_resource), "ADDED"
             )
             self._changed(f"pod {namespace}/{pod} bound to {node} with claim {name}")
             return stored
@@ -163,8 +166,7 @@ class SchedulerMixin:
     def delete_pod(self, namespace: str, name: str) -> None:
         """The pod goes, and with it the node's access to its claims."""
         with self._cond:
-            del self._pods[claim_key(namespace, name)]
-            self._changed(f"pod {namespace}/{name} deleted")
+            self._put_pod(copy.deepcopy(self._pods[claim_key(namespace, name)]), "DELETED")
 
     def add_device_class(
         self, name: str, driver: str, *, extended_resource_name: str | None = None
@@ -226,7 +228,13 @@ def _pod(
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "generation": 1,
+            "creationTimestamp": now(),
+        },
         "spec": {"nodeName": node, "containers": [container]},
         "status": {"phase": "Pending"},
     }

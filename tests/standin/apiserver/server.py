@@ -1,6 +1,6 @@
 """The API server stand-in itself: lifecycle, the request pipeline (authentication, the
 injected failure, routing) and observing. Its parts are mixins: nodes.py (Nodes),
-resources.py (resource.k8s.io), scheduler.py (hooks for what other components do),
+resources.py (resource.k8s.io), pods.py (Pods), scheduler.py (hooks for what other components do),
 kubeconfig.py (client configuration)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tests.standin.apiserver.certificates import CertificateAuthority, load_chai
 from tests.standin.apiserver.discovery import discovery
 from tests.standin.apiserver.kubeconfig import ClientConfigMixin
 from tests.standin.apiserver.nodes import NODE_PATH, NodesMixin
+from tests.standin.apiserver.pods import POD_PATH, PodsMixin
 from tests.standin.apiserver.resources import KINDS, ResourcesMixin
 from tests.standin.apiserver.scheduler import SchedulerMixin
 from tests.standin.apiserver.view import ApiServerView
@@ -49,7 +50,7 @@ def version_info(version: str) -> dict[str, str]:
     }
 
 
-class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigMixin):
+class ApiServerStandin(NodesMixin, ResourcesMixin, PodsMixin, SchedulerMixin, ClientConfigMixin):
     """The API server, serving HTTPS on 127.0.0.1 on a port chosen at construction (or
     given) and kept across stop/start: :attr:`url` and kubeconfigs are valid before the
     first start.
@@ -304,6 +305,8 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, SchedulerMixin, ClientConfigM
     ) -> Reply:
         if NODE_PATH.fullmatch(path):
             return self._route_node(method, path, content_type, body, identity)
+        if POD_PATH.fullmatch(path):
+            return self._route_pods(method, path, query, content_type, body, identity)
         if method == "GET":
             answer = discovery(path, self._resource_versions)
             if answer is not None:

@@ -33,6 +33,18 @@ FIELDS: Mapping[str, tuple[str, ...]] = {
     "resourceslices": ("metadata.name", "spec.nodeName", "spec.driver"),
     "resourceclaims": ("metadata.name", "metadata.namespace"),
     "deviceclasses": ("metadata.name",),
+    # pkg/registry/core/pod/strategy.go, ToSelectableFields (the ones a field_value reaches).
+    "pods": (
+        "metadata.name",
+        "metadata.namespace",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
 }
 
 Requirement = tuple[str, str, str]  # field, "=" or "!=", value
