@@ -186,6 +186,9 @@ REFUSALS = {
     "probes.liveness.periodSeconds=0": "at '/probes/liveness/periodSeconds': minimum: got 0",
     "nodeSelector.pool=1": "at '/nodeSelector/pool': got number, want string",
     "config.toml=[resources": "config: not valid TOML: toml: line 1",
+    "config.values.resources.example\\.com/dongle.advertise=node-status": (
+        'config: example.com/dongle has advertise = "node-status", which the chart does not set up'
+    ),
     "metrics.podMonitor.enabled=true": (
         "metrics.serviceMonitor/podMonitor: the configuration has no [metrics] listen"
     ),

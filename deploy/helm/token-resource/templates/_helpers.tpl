@@ -67,6 +67,11 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "token-resource.fullna
 {{- if hasKey $parsed "Error" }}
 {{- fail (printf "config: not valid TOML: %s" $parsed.Error) }}
 {{- end }}
+{{- range $name, $spec := (get $parsed "resources" | default dict) }}
+{{- if and (kindIs "map" $spec) (eq (get $spec "advertise" | toString) "node-status") }}
+{{- fail (printf "config: %s has advertise = \"node-status\", which the chart does not set up: its account may write no Node (docs/kubernetes.md); advertise it as a device plugin or through DRA" $name) }}
+{{- end }}
+{{- end }}
 {{- toJson $parsed }}
 {{- end }}
 
