@@ -18,7 +18,8 @@ KUBE_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/token-resource/kube
 KUBE_TEST_ARGS ?=
 
 HELM := $(KUBE_BIN)/helm/helm
-VERSION = $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+# pyproject.toml's version, as packaging/deb.mk reads it.
+CHART_VERSION = $(PYPROJECT_VERSION)
 
 .PHONY: kube-programs kube-test chart
 
@@ -46,4 +47,6 @@ kube-test: kube-programs $(NEWEST)/.installed
 chart: kube-programs
 	mkdir -p dist
 	$(HELM) lint --strict deploy/helm/token-resource
-	$(HELM) package deploy/helm/token-resource --version $(VERSION) --app-version $(VERSION) -d dist
+	@[ -n "$(CHART_VERSION)" ] || { echo "chart: no version from pyproject.toml" >&2; exit 1; }
+	$(HELM) package deploy/helm/token-resource --version $(CHART_VERSION) \
+		--app-version $(CHART_VERSION) -d dist
