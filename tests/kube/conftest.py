@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.kube.chart import Helm
 from tests.kube.controlplane import ControlPlane
 
 
@@ -15,3 +16,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     8 s to a working controller manager here): tests keep apart by their own node names."""
     with ControlPlane(tmp_path_factory.mktemp("control-plane")) as plane:
         yield plane
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """The real helm (tests/kube/go/helm), with a home of its own for the run."""
+    return Helm(tmp_path_factory.mktemp("helm"))

@@ -6,7 +6,10 @@
 #                           caches make a second run a few seconds of checking. Each
 #                           program says the k8s.io/kubernetes version it was built from
 #                           (`kubectl version`, the API server's /version).
-#   make kube-test       -> tests/kube against them
+#                           And helm (tests/kube/go/helm, a module of its own: helm's k8s.io
+#                           pins stay out of the release modules) -> $(KUBE_BIN)/helm/helm.
+#   make kube-test       -> tests/kube against them (and the Helm chart's tests)
+#   make chart           -> dist/token-resource-<version>.tgz, versioned by pyproject.toml
 #
 # Needs Go 1.26 or newer (the k8s.io/kubernetes modules' own floor) and Debian's etcd-server.
 
@@ -14,7 +17,11 @@ KUBE_RELEASES := 1.36 1.37
 KUBE_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/token-resource/kube
 KUBE_TEST_ARGS ?=
 
-.PHONY: kube-programs kube-test
+HELM := $(KUBE_BIN)/helm/helm
+# pyproject.toml's version, as packaging/deb.mk reads it.
+CHART_VERSION = $(PYPROJECT_VERSION)
+
+.PHONY: kube-programs kube-test chart
 
 kube-programs:
 	@command -v go >/dev/null || { echo "kube-programs: Go 1.26 or newer is needed on PATH" >&2; exit 1; }
@@ -26,6 +33,20 @@ kube-programs:
 			-ldflags "-X k8s.io/component-base/version.gitVersion=$$version" \
 			-o $(KUBE_BIN)/v$$release/ ./...) || exit 1; \
 	done
+	echo "kube-programs: helm"
+	cd tests/kube/go/helm && \
+	version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4) && \
+	go build -trimpath -buildvcs=false \
+		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$version" \
+		-o $(HELM) helm.sh/helm/v4/cmd/helm
 
 kube-test: kube-programs $(NEWEST)/.installed
 	$(call run_pytest,$(NEWEST)/bin/python,TOKEN_RESOURCE_KUBE_BIN=$(KUBE_BIN),-p no:cacheprovider tests/kube $(KUBE_TEST_ARGS))
+
+# The chart with pyproject.toml's version (Chart.yaml says the same: tests/kube/test_chart.py).
+chart: kube-programs
+	mkdir -p dist
+	$(HELM) lint --strict deploy/helm/token-resource
+	@[ -n "$(CHART_VERSION)" ] || { echo "chart: no version from pyproject.toml" >&2; exit 1; }
+	$(HELM) package deploy/helm/token-resource --version $(CHART_VERSION) \
+		--app-version $(CHART_VERSION) -d dist

@@ -16,13 +16,22 @@ class MissingProgram(AssertionError):
 
 def program(release: str, name: str) -> Path:
     """The built program ``name`` of Kubernetes ``release``."""
+    return built(f"v{release}", name)
+
+
+def helm() -> Path:
+    """helm, built from its own module (tests/kube/go/helm)."""
+    return built("helm", "helm")
+
+
+def built(directory: str, name: str) -> Path:
     base = os.environ.get("TOKEN_RESOURCE_KUBE_BIN")
     if not base:
         raise MissingProgram(
             "TOKEN_RESOURCE_KUBE_BIN is not set: run these tests with `make kube-test`, "
             "which builds the real components first"
         )
-    path = Path(base) / f"v{release}" / name
+    path = Path(base) / directory / name
     if not os.access(path, os.X_OK):
         raise MissingProgram(f"{path} was not built (make kube-programs)")
     return path

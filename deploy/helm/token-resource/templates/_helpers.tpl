@@ -1,0 +1,114 @@
+{{/* Names and labels, as `helm create` makes them. */}}
+{{- define "token-resource.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "token-resource.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "token-resource.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "token-resource.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "token-resource.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "token-resource.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The ServiceAccount's user name, as the admission policies match it. */}}
+{{- define "token-resource.username" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "token-resource.fullname" . }}
+{{- end }}
+
+{{/* token-resource.toml: config.toml, else config.values as TOML, else the base's file. */}}
+{{- define "token-resource.configText" -}}
+{{- if and .Values.config.toml (not (empty .Values.config.values)) }}
+{{- fail "config: set config.toml or config.values, not both" }}
+{{- else if .Values.config.toml }}
+{{- .Values.config.toml }}
+{{- else if .Values.config.values }}
+{{- $values := deepCopy .Values.config.values }}
+{{- include "token-resource.wholeNumbers" $values }}
+{{- toToml $values }}
+{{- else }}
+{{- .Files.Get "files/token-resource.toml" }}
+{{- end }}
+{{- end }}
+
+{{/* Helm reads every number of the values as a float: whole ones become integers again, in
+     place, or TOML would say "count = 2.0", which the agent refuses. */}}
+{{- define "token-resource.wholeNumbers" -}}
+{{- range $key, $value := . }}
+{{- if kindIs "map" $value }}
+{{- include "token-resource.wholeNumbers" $value }}
+{{- else if and (kindIs "float64" $value) (eq $value (floor $value)) }}
+{{- $_ := set $ $key (int64 $value) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The configuration parsed, as JSON (templates return strings): what the chart derives
+     the advertise modes, the DRA driver and the metrics port from. */}}
+{{- define "token-resource.config" -}}
+{{- $parsed := fromToml (include "token-resource.configText" .) }}
+{{- if hasKey $parsed "Error" }}
+{{- fail (printf "config: not valid TOML: %s" $parsed.Error) }}
+{{- end }}
+{{- range $name, $spec := (get $parsed "resources" | default dict) }}
+{{- if and (kindIs "map" $spec) (eq (get $spec "advertise" | toString) "node-status") }}
+{{- fail (printf "config: %s has advertise = \"node-status\", which the chart does not set up: its account may write no Node (docs/kubernetes.md); advertise it as a device plugin or through DRA" $name) }}
+{{- end }}
+{{- end }}
+{{- toJson $parsed }}
+{{- end }}
+
+{{/* The names of the resources advertised through DRA, as a JSON list. */}}
+{{- define "token-resource.draResources" -}}
+{{- $config := fromJson (include "token-resource.config" .) }}
+{{- $names := list }}
+{{- range $name, $spec := (get $config "resources" | default dict) }}
+{{- if and (kindIs "map" $spec) (eq (get $spec "advertise" | toString) "dra") }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- end }}
+{{- toJson (sortAlpha $names) }}
+{{- end }}
+
+{{/* A DeviceClass's name for a resource, as the agent's device_class_name
+     (agent/token_resource/apiserver/slices.py): example.com/token -> token.example.com;
+     a name that is no DNS label, lower-cased, gets a digest of the resource. */}}
+{{- define "token-resource.deviceClassName" -}}
+{{- $parts := splitn "/" 2 . }}
+{{- $domain := $parts._0 }}
+{{- $name := $parts._1 | default "" }}
+{{- $readable := $name | lower | replace "_" "-" }}
+{{- $valid := le (len $readable) 63 }}
+{{- range splitList "." $readable }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" .) }}{{ $valid = false }}{{ end }}
+{{- end }}
+{{- if or (ne $readable $name) (not $valid) }}
+{{- $trimmed := regexReplaceAll "[^a-z0-9-]" $readable "-" | trunc 50 | trimAll "-" }}
+{{- $readable = regexReplaceAll "^[-.]+" (printf "%s-%s" $trimmed (sha256sum . | trunc 12)) "" }}
+{{- end }}
+{{- printf "%s.%s" $readable $domain | trunc 253 }}
+{{- end }}
+
+{{/* The metrics port, from [metrics] listen ("" without it). */}}
+{{- define "token-resource.metricsPort" -}}
+{{- $config := fromJson (include "token-resource.config" .) }}
+{{- $listen := dig "metrics" "listen" "" $config }}
+{{- if $listen }}{{ regexFind "[0-9]+$" $listen }}{{ end }}
+{{- end }}

@@ -1,0 +1,108 @@
+"""The Helm chart against the real 1.37 API server (tests/kube/controlplane.py): every object
+it renders for every example values file passes the server's validation, and the DRA
+example's admission policy, installed for a release of another name in another namespace,
+holds the release's account to its own node's ResourceSlices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.kube.chart import CHART, EXAMPLES, Helm
+from tests.kube.client import wait_until
+from tests.kube.controlplane import ControlPlane
+from tests.kube.test_cp_dra import SLICES, a_slice
+
+RELEASE, NAMESPACE = "tr-chart", "tr-chart"
+ACCOUNT = "tr-chart-token-resource"
+# What the tests may create for real: no DaemonSet (its pods would go to other tests' nodes).
+ACCOUNT_KINDS = {
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+
+
+def rendered(helm: Helm, values: list[Path], *settings: str) -> list[dict[str, Any]]:
+    return helm.objects(values, release=RELEASE, namespace=NAMESPACE, settings=settings)
+
+
+def apply(control_plane: ControlPlane, objects: list[dict[str, Any]], *args: str) -> list[str]:
+    printed = control_plane.kubectl("apply", *args, "-f", "-", stdin=yaml.safe_dump_all(objects))
+    return printed.splitlines()
+
+
+def test_every_example_passes_the_real_api_servers_validation(
+    control_plane: ControlPlane, helm: Helm
+) -> None:
+    namespace = rendered(helm, [], "namespace.create=true")
+    apply(control_plane, [item for item in namespace if item["kind"] == "Namespace"])
+    for values in [None, *sorted(EXAMPLES.glob("*.yaml"))]:
+        objects = rendered(helm, [values] if values else [])
+        lines = apply(control_plane, objects, "--dry-run=server")
+        assert len(lines) == len(objects), (values, lines)
+        assert all(line.endswith("(server dry run)") for line in lines), (values, lines)
+
+
+def test_helm_installs_against_the_server_and_says_how_to_check(
+    control_plane: ControlPlane, helm: Helm, tmp_path: Path
+) -> None:
+    """`helm install --dry-run=server`: the chart's kubeVersion against the server's, and the
+    NOTES an operator reads."""
+    kubeconfig = control_plane.admin_kubeconfig(tmp_path / "admin.kubeconfig")
+    printed = helm.output(
+        "install",
+        "tr-notes",
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--values",
+        str(EXAMPLES / "dra.yaml"),
+        "--dry-run=server",
+        "--kubeconfig",
+        str(kubeconfig),
+    )
+    notes = printed.split("NOTES:", 1)[1]
+    for check in (
+        "kubectl get resourceslices",
+        "kubectl get node NODE -o jsonpath='{.status.allocatable}'",
+        f"kubectl -n {NAMESPACE} exec daemonset/tr-notes-token-resource -- token-resource status",
+    ):
+        assert check in notes, notes
+
+
+def test_the_charts_admission_policy_holds_its_account_to_its_node(
+    control_plane: ControlPlane, helm: Helm
+) -> None:
+    own, other, driver = "chart-policy-a", "chart-policy-b", "chart.example.com"
+    for node in (own, other):
+        control_plane.add_node(node)
+    objects = rendered(helm, [EXAMPLES / "dra.yaml"], "namespace.create=true")
+    apply(control_plane, [item for item in objects if item["kind"] in ACCOUNT_KINDS])
+    token = control_plane.service_account_token(NAMESPACE, ACCOUNT, own)
+    account = control_plane.client(token=token)
+
+    # RBAC lets both writes through until the API server's informer has the new policy.
+    def refused() -> tuple[int, Any] | None:
+        status, answer = account.request("POST", SLICES, a_slice(other, driver, "chart-b"))
+        if status == 201:
+            control_plane.admin.delete(f"{SLICES}/chart-b")
+            return None
+        return status, answer
+
+    status, answer = wait_until("the chart's policy refusing node b's slice", refused)
+    assert status == 422, answer
+    assert answer["message"].endswith(
+        f"denied request: the agent on node {own} may only write the ResourceSlices of its "
+        f"own node, not of {other}"
+    ), answer
+    assert f"'{ACCOUNT}-own-node-slices'" in answer["message"], answer
+    status, answer = account.request("POST", SLICES, a_slice(own, driver, "chart-a"))
+    assert status == 201, answer
+    control_plane.admin.delete(f"{SLICES}/chart-a")
