@@ -115,8 +115,8 @@ def test_the_dra_example(helm: Helm) -> None:
     assert deviceclass["spec"]["extendedResourceName"] == "example.com/token"
     policies = [item for item in objects if item["kind"] == "ValidatingAdmissionPolicy"]
     assert sorted(item["metadata"]["name"] for item in policies) == [
+        "tr-token-resource-own-node-pod-nudges",
         "tr-token-resource-own-node-slices",
-        "tr-token-resource-prepare-retry",
     ]
     for policy in policies:
         (condition,) = policy["spec"]["matchConditions"]

@@ -13,8 +13,8 @@ from tests.kube.test_cp_dra import BASE_RBAC, NAMESPACE_YAML, OVERLAY
 
 RETRY = "tokens.example.com/prepare-retry"
 POLICY = (
-    "ValidatingAdmissionPolicy 'token-resource-prepare-retry' with binding "
-    "'token-resource-prepare-retry' denied request: "
+    "ValidatingAdmissionPolicy 'token-resource-own-node-pod-nudges' with binding "
+    "'token-resource-own-node-pod-nudges' denied request: "
 )
 
 
@@ -63,8 +63,8 @@ def test_the_agent_may_change_only_the_retry_annotation_of_its_own_nodes_pods(
     status, answer = wait_until("the policy refusing node b's pod", refused)
     assert (status, answer["reason"]) == (422, "Invalid"), answer
     assert answer["message"] == (
-        'pods "web-b" is forbidden: ' + POLICY + "the agent on node cp-retry-a may only change "
-        "pods of its own node"
+        'pods "web-b" is forbidden: ' + POLICY + "the agent on node cp-retry-a may only nudge "
+        "the pods of its own node, not one on cp-retry-b"
     ), answer
 
     status, answer = merge(agent, "web-a", annotation("2026-12-03T07:00:01Z"))
@@ -72,19 +72,17 @@ def test_the_agent_may_change_only_the_retry_annotation_of_its_own_nodes_pods(
     changed = control_plane.admin.get("/api/v1/namespaces/default/pods/web-a")["metadata"]
     assert changed["annotations"] == {"note": "kept", RETRY: "2026-12-03T07:00:01Z"}
 
-    only_the_annotation = (
-        POLICY + "the agent may only change the <driver>/prepare-retry annotation of a pod"
-    )
-    for patch in (
-        {"metadata": {"labels": {"app": "other"}}},
-        annotation("changed", key="note"),
-        annotation("added", key="example.com/other"),
-        {"metadata": {"annotations": {"note": None}}},
-        {"spec": {"activeDeadlineSeconds": 5}},
+    only_the_annotation = "the agent may only set annotations ending in /prepare-retry"
+    for patch, why in (
+        ({"metadata": {"labels": {"app": "other"}}}, "the agent may not change a pod's labels"),
+        (annotation("changed", key="note"), only_the_annotation),
+        (annotation("added", key="example.com/other"), only_the_annotation),
+        ({"metadata": {"annotations": {"note": None}}}, only_the_annotation),
+        ({"spec": {"activeDeadlineSeconds": 5}}, "the agent may not change a pod's spec"),
     ):
         status, answer = merge(agent, "web-a", patch)
         assert status == 422, (patch, answer)
-        assert answer["message"].endswith(only_the_annotation), (patch, answer)
+        assert answer["message"].endswith(POLICY + why), (patch, answer)
     # Reading, creating or deleting pods: RBAC's 403 before any policy.
     assert agent.request("GET", "/api/v1/namespaces/default/pods/web-a")[0] == 403
     assert agent.request("DELETE", "/api/v1/namespaces/default/pods/web-a")[0] == 403
