@@ -10,13 +10,13 @@ import copy
 import datetime
 import json
 import re
-import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
 from tests.standin.apiserver.authz import Authorizer, node_identity
+from tests.standin.apiserver.core import StandinCore
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
 from tests.standin.apiserver.quantities import canonical_quantity
 from tests.standin.apiserver.wire import Fail, Identity, Reply, fail
@@ -47,19 +47,12 @@ _KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 _NODE_RESTRICTION_NAMESPACE = "node-restriction.kubernetes.io"
 
 
-class NodesMixin:
+class NodesMixin(StandinCore):
     """Nodes: the test hooks, the routes under ``/api/v1/nodes`` and the kubelet's status sync."""
 
-    _cond: threading.Condition
     _nodes: dict[str, dict[str, Any]]
     _kubelet_sync: bool
     authorizer: Authorizer
-
-    def _next_revision(self) -> str:
-        raise NotImplementedError
-
-    def _changed(self, event: str) -> None:
-        raise NotImplementedError
 
     # --- test hooks ------------------------------------------------------------------------
 

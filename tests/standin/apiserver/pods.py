@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -44,12 +43,12 @@ from urllib.parse import parse_qs, unquote
 from tests.standin.apiserver import validation
 from tests.standin.apiserver.admission import AdmissionPolicies
 from tests.standin.apiserver.authz import Authorizer, forbidden, node_identity
+from tests.standin.apiserver.core import StandinCore
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
 from tests.standin.apiserver.resources import _namespaced, claim_key
 from tests.standin.apiserver.watch import (
     DEFAULT_WATCH_SECONDS,
     Change,
-    History,
     Requirement,
     matches,
     parse_field_selector,
@@ -69,26 +68,12 @@ _UPDATABLE = (
 )
 
 
-class PodsMixin:
+class PodsMixin(StandinCore):
     """The pods' routes and storage (caller holds the lock unless a method says otherwise)."""
 
-    _cond: threading.Condition
     authorizer: Authorizer
     _pods: dict[str, dict[str, Any]]  # "<namespace>/<name>" -> Pod
     _admission: AdmissionPolicies
-    _history: History
-
-    def _next_revision(self) -> str:
-        raise NotImplementedError
-
-    def _current_revision(self) -> int:
-        raise NotImplementedError
-
-    def _serving(self) -> bool:
-        raise NotImplementedError
-
-    def _changed(self, event: str) -> None:
-        raise NotImplementedError
 
     # --- test hooks ---------------------------------------------------------------------------
 

@@ -30,7 +30,6 @@ import datetime
 import json
 import random
 import re
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -39,12 +38,12 @@ from urllib.parse import parse_qs, unquote
 from tests.standin.apiserver import taints, validation
 from tests.standin.apiserver.admission import AdmissionPolicies
 from tests.standin.apiserver.authz import RESOURCE_GROUP, Authorizer
+from tests.standin.apiserver.core import StandinCore
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
 from tests.standin.apiserver.resourceauthz import ResourceAuthorizationMixin
 from tests.standin.apiserver.watch import (
     DEFAULT_WATCH_SECONDS,
     Change,
-    History,
     Requirement,
     matches,
     parse_field_selector,
@@ -73,29 +72,15 @@ def claim_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
-class ResourcesMixin(ResourceAuthorizationMixin):
+class ResourcesMixin(ResourceAuthorizationMixin, StandinCore):
     """The objects and their routes."""
 
-    _cond: threading.Condition
     authorizer: Authorizer
     _objects: dict[str, dict[str, dict[str, Any]]]  # collection -> key -> object
     _pods: dict[str, dict[str, Any]]  # "<namespace>/<name>" -> Pod
     _admission: AdmissionPolicies  # ValidatingAdmissionPolicies (admission.py)
-    _history: History
     _resource_versions: tuple[str, ...]
     device_taints: bool  # the DRADeviceTaints feature gate
-
-    def _next_revision(self) -> str:
-        raise NotImplementedError
-
-    def _current_revision(self) -> int:
-        raise NotImplementedError
-
-    def _serving(self) -> bool:
-        raise NotImplementedError
-
-    def _changed(self, event: str) -> None:
-        raise NotImplementedError
 
     # --- storage (caller holds the lock) ---------------------------------------------------
 

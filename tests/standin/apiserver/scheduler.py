@@ -18,24 +18,21 @@ from __future__ import annotations
 
 import copy
 import random
-import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from tests.standin.apiserver.core import StandinCore
 from tests.standin.apiserver.resources import _NAME_CHARACTERS, API_VERSION, claim_key, now
-from tests.standin.apiserver.watch import History
 
 EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 
 
-class SchedulerMixin:
+class SchedulerMixin(StandinCore):
     """Hooks for tests; each takes the lock and wakes :meth:`wait_for`."""
 
-    _cond: threading.Condition
     _objects: dict[str, dict[str, dict[str, Any]]]
     _pods: dict[str, dict[str, Any]]
-    _history: History
 
     def _put(self, collection: str, key: str, obj: dict[str, Any], change: str) -> dict[str, Any]:
         raise NotImplementedError
@@ -44,12 +41,6 @@ class SchedulerMixin:
         raise NotImplementedError
 
     def _put_pod(self, pod: dict[str, Any], change: str) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _current_revision(self) -> int:
-        raise NotImplementedError
-
-    def _changed(self, event: str) -> None:
         raise NotImplementedError
 
     def allocate_claim(
