@@ -11,7 +11,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.paths import short_directory
@@ -182,6 +183,21 @@ class AgentProcess:
             self.process.wait()
         self.notify.close()
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+@contextmanager
+def rollout_pair(
+    workdir: Path, device_plugin_dir: Path
+) -> Iterator[tuple[AgentProcess, AgentProcess]]:
+    """The old and the new agent of a DaemonSet's rollout on one node (not started); both
+    killed at the end, if still running."""
+    old = AgentProcess(workdir / "old", device_plugin_dir)
+    new = AgentProcess(workdir / "new", device_plugin_dir)
+    try:
+        yield old, new
+    finally:
+        new.kill()
+        old.kill()
 
 
 def agent_sockets(directory: Path) -> list[str]:

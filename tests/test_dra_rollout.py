@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import test_dra
-from tests.harness import AgentProcess
+from tests.harness import AgentProcess, rollout_pair
 from tests.standin.apiserver import ApiServerStandin
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.kubelet_dra import CallResult
@@ -40,13 +40,9 @@ OLD_POD, NEW_POD = "5f0c1e9a-old0-4d6b-9a3e-000000000001", "7b2d4c6e-new0-4f8a-8
 
 
 @pytest.fixture
-def agents(tmp_path: Path, dirs: dict[str, Path]) -> Iterator[list[AgentProcess]]:
-    started = [AgentProcess(tmp_path / name, dirs["dp"]) for name in ("old", "new")]
-    try:
-        yield started
-    finally:
-        for process in started:
-            process.kill()
+def agents(tmp_path: Path, dirs: dict[str, Path]) -> Iterator[tuple[AgentProcess, AgentProcess]]:
+    with rollout_pair(tmp_path, dirs["dp"]) as pair:
+        yield pair
 
 
 class PodsArriving:
@@ -104,7 +100,7 @@ def rollout_kubelet(
 
 
 def test_a_rollout_with_two_instances_has_no_gap_and_the_new_one_takes_over_the_claims(
-    agents: list[AgentProcess],
+    agents: tuple[AgentProcess, AgentProcess],
     dirs: dict[str, Path],
     apiserver: ApiServerStandin,
     tmp_path: Path,
@@ -179,7 +175,7 @@ def test_a_rollout_with_two_instances_has_no_gap_and_the_new_one_takes_over_the_
     ],
 )
 def test_an_instance_that_must_be_alone_waits_for_the_other_to_leave(
-    agents: list[AgentProcess],
+    agents: tuple[AgentProcess, AgentProcess],
     dirs: dict[str, Path],
     apiserver: ApiServerStandin,
     tmp_path: Path,
@@ -225,7 +221,7 @@ def test_an_instance_that_must_be_alone_waits_for_the_other_to_leave(
 
 
 def test_an_instance_beside_another_takes_a_device_plugin_resource_only_once_alone(
-    agents: list[AgentProcess],
+    agents: tuple[AgentProcess, AgentProcess],
     dirs: dict[str, Path],
     apiserver: ApiServerStandin,
     tmp_path: Path,
@@ -267,7 +263,7 @@ def test_an_instance_beside_another_takes_a_device_plugin_resource_only_once_alo
 
 
 def test_the_old_instance_leaves_the_pools_to_the_new_one(
-    agents: list[AgentProcess],
+    agents: tuple[AgentProcess, AgentProcess],
     dirs: dict[str, Path],
     apiserver: ApiServerStandin,
     tmp_path: Path,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import AgentProcess, agent_sockets
+from tests.harness import AgentProcess, agent_sockets, rollout_pair
 from tests.standin.apiserver import ApiServerStandin, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.test_dra import kubeconfig_of, status_json
@@ -26,13 +26,8 @@ DROPPED = "allocatable 0"
 
 @pytest.fixture
 def agents(tmp_path: Path, device_plugin_dir: Path) -> Iterator[tuple[AgentProcess, AgentProcess]]:
-    old = AgentProcess(tmp_path / "old", device_plugin_dir)
-    new = AgentProcess(tmp_path / "new", device_plugin_dir)
-    try:
-        yield old, new
-    finally:
-        new.kill()
-        old.kill()
+    with rollout_pair(tmp_path, device_plugin_dir) as pair:
+        yield pair
 
 
 def config(apiserver: ApiServerStandin, tmp_path: Path, kubelet_version: str) -> str:

@@ -4,7 +4,8 @@ its own where /var/lib/kubelet/device-plugins is a test's device-plugin director
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,18 @@ class DeviceManager:
 
     def close(self) -> int:
         return self.program.stop()
+
+
+@contextmanager
+def running(release: str, directory: Path, log_path: Path) -> Iterator[DeviceManager]:
+    """The release's device manager started in ``directory``; at the end it must exit 0 and
+    its namespace's mounts be gone with it (the host's table as it was)."""
+    mounts = host_mounts()
+    manager = DeviceManager(release, directory, log_path)
+    try:
+        manager.start()
+        yield manager
+    finally:
+        code = manager.close()
+        assert code == 0, f"device manager exited with {code}:\n{manager.program.log_tail()}"
+        assert host_mounts() == mounts

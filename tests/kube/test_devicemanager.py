@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import TWO_RESOURCES, AgentProcess, agent_sockets
-from tests.kube.devicemanager import DeviceManager, host_mounts
+from tests.kube.devicemanager import DeviceManager, running
 from tests.kube.programs import RELEASES
 
 BOTH = {"example.com/token": 2, "example.com/license": 5}
@@ -26,16 +26,8 @@ SUBDIRECTORY_SOCKETS = [
 def manager(
     request: pytest.FixtureRequest, device_plugin_dir: Path, tmp_path: Path
 ) -> Iterator[DeviceManager]:
-    mounts = host_mounts()
-    dm = DeviceManager(request.param, device_plugin_dir, tmp_path / "devicemanager.log")
-    try:
-        dm.start()
+    with running(request.param, device_plugin_dir, tmp_path / "devicemanager.log") as dm:
         yield dm
-    finally:
-        code = dm.close()
-        assert code == 0, f"device manager exited with {code}:\n{dm.program.log_tail()}"
-        # The namespace's mounts went with it: the host's table is as it was.
-        assert host_mounts() == mounts
 
 
 @pytest.fixture

@@ -7,13 +7,11 @@ on a 1.36 one the new instance waits until the old one has left (docs/kubernetes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from tests.harness import AgentProcess, agent_sockets
+from tests.harness import AgentProcess, agent_sockets, rollout_pair
 from tests.kube.controlplane import ControlPlane
-from tests.kube.devicemanager import DeviceManager, host_mounts
+from tests.kube.devicemanager import DeviceManager, running
 from tests.kube.test_cp_dra import BASE_RBAC, NAMESPACE_YAML
 from tests.test_dra import status_json
 from token_resource.kubelet.registration import KubeletClient, RegistrationError
@@ -24,30 +22,6 @@ OLD_POD, NEW_POD = "0f6d3c5a-old0-4e1b-9a7c-000000000001", "0f6d3c5a-new0-4e1b-9
 # The 1.37 manager's log line for a resource whose last endpoint left (allocatable 0).
 LAST_ENDPOINT_GONE = "Last device plugin for this resource disconnected"
 REGISTERED = "Got registration request from device plugin"
-
-
-@contextmanager
-def device_manager(release: str, directory: Path, tmp_path: Path) -> Iterator[DeviceManager]:
-    mounts = host_mounts()
-    manager = DeviceManager(release, directory, tmp_path / f"devicemanager-{release}.log")
-    try:
-        manager.start()
-        yield manager
-    finally:
-        code = manager.close()
-        assert code == 0, f"device manager exited with {code}:\n{manager.program.log_tail()}"
-        assert host_mounts() == mounts
-
-
-@contextmanager
-def two_agents(tmp_path: Path, directory: Path) -> Iterator[tuple[AgentProcess, AgentProcess]]:
-    old = AgentProcess(tmp_path / "old", directory)
-    new = AgentProcess(tmp_path / "new", directory)
-    try:
-        yield old, new
-    finally:
-        new.kill()
-        old.kill()
 
 
 def node_config(control_plane: ControlPlane, node: str, tmp_path: Path, kubelet: str) -> str:
@@ -78,8 +52,8 @@ def test_a_rollout_on_a_1_37_kubelet_never_drops_the_resource(
 ) -> None:
     config = node_config(control_plane, "dm-rollout-137", tmp_path, "v1.37.2")
     with (
-        device_manager("1.37", device_plugin_dir, tmp_path) as manager,
-        two_agents(tmp_path, device_plugin_dir) as (old, new),
+        running("1.37", device_plugin_dir, tmp_path / "devicemanager.log") as manager,
+        rollout_pair(tmp_path, device_plugin_dir) as (old, new),
     ):
         old.write_config(config)
         old.start(env={INSTANCE: OLD_POD})
@@ -123,8 +97,8 @@ def test_on_a_1_36_kubelet_the_new_instance_waits_for_the_old_one(
 ) -> None:
     config = node_config(control_plane, "dm-rollout-136", tmp_path, "v1.36.3")
     with (
-        device_manager("1.36", device_plugin_dir, tmp_path) as manager,
-        two_agents(tmp_path, device_plugin_dir) as (old, new),
+        running("1.36", device_plugin_dir, tmp_path / "devicemanager.log") as manager,
+        rollout_pair(tmp_path, device_plugin_dir) as (old, new),
     ):
         old.write_config(config)
         old.start(env={INSTANCE: OLD_POD})
@@ -171,7 +145,7 @@ def test_a_socket_path_the_1_37_kubelet_still_counts_as_connected_is_left_for_a_
 ) -> None:
     """A 1.37 manager refuses a Register of a path it holds, and the refusal forgets the client
     it had there, so that path stays refused until the kubelet restarts."""
-    with device_manager("1.37", device_plugin_dir, tmp_path) as manager:
+    with running("1.37", device_plugin_dir, tmp_path / "devicemanager.log") as manager:
         agent.write_config(f'[resources]\n"{TOKEN}" = 3\n')
         agent.start()
         manager.wait_for_allocatable({TOKEN: 3})
