@@ -105,7 +105,9 @@ def nudge_waiting_pods(
                     if error.status == FORBIDDEN:
                         raise
                     # Gone meanwhile, or refused alone: the others are still worth asking.
-                    log.warning("pod %s/%s: cannot ask for its prepare: %s", *_named(pod), error)
+                    log.warning(
+                        "pod %s/%s: cannot ask for its prepare: %s", pod.namespace, pod.name, error
+                    )
                     continue
                 done.append(pod)
             return Nudged(tuple(done))
@@ -113,10 +115,6 @@ def nudge_waiting_pods(
         return Nudged((), str(error), forbidden=error.status == FORBIDDEN)
     except (KubeError, OSError) as error:
         return Nudged((), str(error))
-
-
-def _named(pod: WaitingPod) -> tuple[str, str]:
-    return pod.namespace, pod.name
 
 
 def describe(pods: Iterable[WaitingPod]) -> str:
