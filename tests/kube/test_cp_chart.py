@@ -11,9 +11,8 @@ from typing import Any
 import yaml
 
 from tests.kube.chart import CHART, EXAMPLES, Helm
-from tests.kube.client import wait_until
 from tests.kube.controlplane import ControlPlane
-from tests.kube.test_cp_dra import SLICES, a_slice
+from tests.kube.test_cp_dra import SLICES, a_slice, slice_refused
 
 RELEASE, NAMESPACE = "tr-chart", "tr-chart"
 ACCOUNT = "tr-chart-token-resource"
@@ -88,15 +87,7 @@ def test_the_charts_admission_policy_holds_its_account_to_its_node(
     token = control_plane.service_account_token(NAMESPACE, ACCOUNT, own)
     account = control_plane.client(token=token)
 
-    # RBAC lets both writes through until the API server's informer has the new policy.
-    def refused() -> tuple[int, Any] | None:
-        status, answer = account.request("POST", SLICES, a_slice(other, driver, "chart-b"))
-        if status == 201:
-            control_plane.admin.delete(f"{SLICES}/chart-b")
-            return None
-        return status, answer
-
-    status, answer = wait_until("the chart's policy refusing node b's slice", refused)
+    status, answer = slice_refused(control_plane, account, a_slice(other, driver, "chart-b"))
     assert status == 422, answer
     assert answer["message"].endswith(
         f"denied request: the agent on node {own} may only write the ResourceSlices of its "

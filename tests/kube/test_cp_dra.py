@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.harness import AgentProcess
-from tests.kube.client import wait_until
+from tests.kube.client import KubeClient, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.paths import short_temporary_directory
 from token_resource.apiserver.nudge import Nudged, WaitingPod, nudge_waiting_pods
@@ -92,6 +92,15 @@ def token_pod(name: str) -> dict[str, Any]:
     }
 
 
+@pytest.fixture
+def device_class_removed(control_plane: ControlPlane) -> Iterator[None]:
+    """The DeviceClass the test applies is taken away afterwards: the chart's tests install
+    one of that name, owned by their release."""
+    yield
+    control_plane.admin.delete(f"{RESOURCE_API}/deviceclasses/token.example.com")
+
+
+@pytest.mark.usefixtures("device_class_removed")
 def test_slices_with_taints_the_device_class_and_the_real_scheduler(
     control_plane: ControlPlane, dra_agent: AgentProcess, dirs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -234,6 +243,26 @@ def a_slice(node: str, driver: str, name: str) -> dict[str, Any]:
     }
 
 
+def slice_refused(
+    control_plane: ControlPlane, account: KubeClient, item: dict[str, Any]
+) -> tuple[int, Any]:
+    """The answer to ``account``'s write of ``item`` once an admission policy refuses it. The
+    API server applies a new policy once its informer has it: until then RBAC alone lets the
+    write through, and such a slice is taken away again."""
+
+    def refused() -> tuple[int, Any] | None:
+        status, answer = account.request("POST", SLICES, item)
+        if status == 201:
+            control_plane.admin.delete(f"{SLICES}/{item['metadata']['name']}")
+            return None
+        return status, answer
+
+    answer: tuple[int, Any] = wait_until(
+        f"an admission policy refusing slice {item['metadata']['name']}", refused
+    )
+    return answer
+
+
 def test_the_shipped_admission_policy_holds_the_daemonsets_account_to_its_node(
     control_plane: ControlPlane, dra_agent: AgentProcess, dirs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -253,16 +282,7 @@ def test_the_shipped_admission_policy_holds_the_daemonsets_account_to_its_node(
         "only write the ResourceSlices of its own node, not of cp-policy-b"
     )
 
-    # The API server applies a new policy once its informer has it: until then RBAC alone
-    # lets the write through, and the test takes such a slice away again.
-    def refused() -> tuple[int, Any] | None:
-        status, answer = agent_account.request("POST", SLICES, a_slice(other, driver, "b-1"))
-        if status == 201:
-            control_plane.admin.delete(f"{SLICES}/b-1")
-            return None
-        return status, answer
-
-    status, answer = wait_until("the policy refusing node b's slice", refused)
+    status, answer = slice_refused(control_plane, agent_account, a_slice(other, driver, "b-1"))
     # A policy's Deny is 422 Invalid (the policy gives no reason), not RBAC's 403 Forbidden,
     # though its message says "is forbidden".
     forbidden = 'resourceslices.resource.k8s.io "{}" is forbidden: ' + refusal
