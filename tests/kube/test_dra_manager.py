@@ -37,8 +37,9 @@ STREAM_FAILURES = ("error-log", "health-stream-failed", "health-stream-ended")
 
 
 @pytest.fixture
-def plane(control_plane: ControlPlane) -> ControlPlane:
-    """The run's control plane (tests/kube/conftest.py) with the tokens' DeviceClass."""
+def plane(control_plane: ControlPlane) -> Iterator[ControlPlane]:
+    """The run's control plane (tests/kube/conftest.py) with the tokens' DeviceClass, taken
+    away again: the chart's tests install one of that name, owned by their release."""
     control_plane.ensure(
         "/apis/resource.k8s.io/v1/deviceclasses",
         {
@@ -46,7 +47,8 @@ def plane(control_plane: ControlPlane) -> ControlPlane:
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
         },
     )
-    return control_plane
+    yield control_plane
+    control_plane.admin.delete(f"/apis/resource.k8s.io/v1/deviceclasses/{CLASS}")
 
 
 @dataclass
