@@ -95,8 +95,6 @@ class PluginServer:
         """Serve on a socket of a new name, the old one removed: the kubelet will not take the
         old name again."""
         async with self._lifecycle:
-            if self._stopped:
-                return
             await self._stop_and_unlink()
             self._generation += 1
             self.endpoint = self.layout.endpoint(self.spec.name, self._generation)
