@@ -45,14 +45,20 @@ def pool_name(node: str, resource: str) -> str:
     The part after the domain is lower-cased, "_" made "-"; when that changed anything (or the
     name is too long) a digest of the resource name keeps pools of different names apart.
     """
+    pool = f"{node}/{cluster_pool_name(resource)}"
+    if len(pool) > _MAX_POOL_NAME:
+        pool = f"{node[: _MAX_POOL_NAME - _DIGEST_CHARS - 1]}/{_digest(resource)}"
+    return pool
+
+
+def cluster_pool_name(resource: str) -> str:
+    """``example.com/token``: the pool of a cluster-scoped resource, named as a node's pool
+    without the node (two parts where a node's pool has three, so the two never meet)."""
     domain, _, name = resource.partition("/")
     readable = name.lower().replace("_", "-")
     if readable != name or not _valid_part(readable):
         readable = f"{_trim(readable)}-{_digest(resource)}".lstrip("-.")
-    pool = f"{node}/{domain}/{readable}"
-    if len(pool) > _MAX_POOL_NAME:
-        pool = f"{node[: _MAX_POOL_NAME - _DIGEST_CHARS - 1]}/{_digest(resource)}"
-    return pool
+    return f"{domain}/{readable}"
 
 
 def _valid_part(part: str) -> bool:

@@ -19,6 +19,20 @@ DEVICE_PLUGIN, NODE_STATUS, DRA = "device-plugin", "node-status", "dra"
 ADVERTISE_MODES = (DEVICE_PLUGIN, NODE_STATUS, DRA)
 # Those that name the tokens to the container, in an environment variable.
 MODES_WITH_ENV = (DEVICE_PLUGIN, DRA)
+# Whose tokens a resource's are: one node's (every node its own count), or the cluster's (one
+# pool of `count` for every node, published by one elected process; DRA only).
+NODE_SCOPE, CLUSTER_SCOPE = "node", "cluster"
+SCOPES = (NODE_SCOPE, CLUSTER_SCOPE)
+# Who runs: a node's agent (the kubelet's plugins; prepares claims of cluster pools, never
+# publishes them) or a publisher of the cluster pools (no kubelet, no node; leader-elected).
+NODE_ROLE, PUBLISHER_ROLE = "node", "publisher"
+ROLES = (NODE_ROLE, PUBLISHER_ROLE)
+# client-go's leader election defaults (tools/leaderelection), which operators know.
+DEFAULT_LEASE_DURATION = 15.0
+DEFAULT_RENEW_DEADLINE = 10.0
+DEFAULT_RETRY_PERIOD = 2.0
+# Where the Lease lives outside a pod (in a pod: the pod's own namespace).
+DEFAULT_LEASE_NAMESPACE = "token-resource"
 # DRA: the kubelet's directories, and where container runtimes read CDI specs.
 DEFAULT_DRIVER = "token-resource"
 DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
@@ -72,6 +86,29 @@ class ProbeSpec:
         return self.taint_effect or NO_SCHEDULE
 
 
+# Label-selector operators as a NodeSelectorRequirement spells them.
+IN, NOT_IN, EXISTS, DOES_NOT_EXIST = "In", "NotIn", "Exists", "DoesNotExist"
+
+
+@dataclass(frozen=True)
+class SelectorRequirement:
+    """One requirement of a label selector: ``key`` ``operator`` ``values`` (none for
+    EXISTS and DOES_NOT_EXIST)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSelection:
+    """The nodes a cluster pool is for: a label selector as written (``text``, e.g.
+    ``"site in (a,b),!spot"``) and its requirements, all of which a node must meet."""
+
+    text: str
+    requirements: tuple[SelectorRequirement, ...]
+
+
 @dataclass(frozen=True)
 class ResourceSpec:
     """One extended resource: `count` devices named to pods through the `env` variable.
@@ -93,6 +130,13 @@ class ResourceSpec:
     origins: Mapping[str, Path] = field(default_factory=dict, compare=False)
     # None: no probe, every token always healthy.
     probe: ProbeSpec | None = None
+    # CLUSTER_SCOPE: one pool for the cluster (DRA only); ``nodes`` narrows it (None: all).
+    scope: str = NODE_SCOPE
+    nodes: NodeSelection | None = None
+
+    @property
+    def cluster_scoped(self) -> bool:
+        return self.scope == CLUSTER_SCOPE
 
     def origin(self, key: str) -> Path | None:
         """The file that set ``key``, or None for a default."""
@@ -159,6 +203,12 @@ class KubernetesSettings:
     # names its Node.
     node_name: str | None = None
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
+    # Leader election of the cluster pools' publishers (client-go's meaning and defaults).
+    lease_duration: float = DEFAULT_LEASE_DURATION
+    renew_deadline: float = DEFAULT_RENEW_DEADLINE
+    retry_period: float = DEFAULT_RETRY_PERIOD
+    # None: the pod's namespace (in_cluster), else DEFAULT_LEASE_NAMESPACE.
+    lease_namespace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +244,11 @@ class Config:
         table lets it remove the ones its Node still lists from before."""
         modes = {spec.advertise for spec in self.resources.values()}
         return self.kubernetes_table or NODE_STATUS in modes
+
+    def scoped(self, scope: str) -> Config:
+        """The same configuration with only the resources of ``scope``."""
+        kept = {name: spec for name, spec in self.resources.items() if spec.scope == scope}
+        return replace(self, resources=kept)
 
     def advertised_by(self, mode: str) -> Config:
         """The same configuration with only the resources advertised ``mode``'s way."""
