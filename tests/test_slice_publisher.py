@@ -138,7 +138,7 @@ def test_a_stop_while_the_watch_thread_sees_its_close_stops_the_publisher(
     settings = KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE, resync_seconds=30)
     reading, released = threading.Event(), threading.Event()
 
-    def slow_to_see_the_close(events: object, driver: str) -> None:
+    def slow_to_see_the_close(events: object, driver: str, cluster: bool) -> None:
         reading.set()
         released.wait(20)
 

@@ -34,9 +34,12 @@ from token_resource.apiserver.slices import (
     API_VERSION,
     SLICES_PATH,
     Pool,
+    cluster_scoped,
     generation_of,
     matches,
     node_owner,
+    node_placement,
+    pool_name,
     taints_kept,
 )
 from token_resource.config.model import NO_SCHEDULE, KubernetesSettings
@@ -70,6 +73,10 @@ class Wanted:
 
 class TaintsDropped(Exception):
     """The API server dropped the taints of a slice it was sent."""
+
+
+class NotPublishing(KubeError):
+    """This publisher may no longer write (another publishes in its place) halfway through."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,8 @@ class SlicePublisher(Keeper[Wanted]):
         self._generations: dict[str, int] = {}
         # The resourceVersion of the last sync's list: the watch starts there.
         self._list_version = ""
+        # Pools to write as a new generation even if they hold what they should.
+        self._rewrite: set[str] = set()
 
     def apply(
         self, settings: KubernetesSettings, driver: str, pools: Mapping[str, PoolWanted]
@@ -141,24 +150,48 @@ class SlicePublisher(Keeper[Wanted]):
     def _pools(self, wanted: Wanted) -> list[Pool]:
         node = node_name(wanted.settings)
         return [
-            Pool(wanted.driver, node, name, pool.count, pool.unhealthy, pool.effect, self._taints)
-            for name, pool in sorted(wanted.pools.items())
+            Pool(
+                wanted.driver,
+                pool_name(node, resource),
+                node_placement(node),
+                resource,
+                pool.count,
+                pool.unhealthy,
+                pool.effect,
+                self._taints,
+            )
+            for resource, pool in sorted(wanted.pools.items())
         ]
 
-    def _sync(self, wanted: Wanted) -> None:
+    def _scope(self, wanted: Wanted) -> SliceScope:
+        """Which slices are this publisher's to keep: its node's."""
         node = node_name(wanted.settings)
+
+        def owner(client: ApiClient) -> dict[str, Any]:
+            return node_owner(client.get(f"/api/v1/nodes/{quote(node, safe='')}"))
+
+        return SliceScope(f"spec.nodeName={node}", f"node {node}", cluster=False, owner=owner)
+
+    def _sync(self, wanted: Wanted) -> None:
+        scope = self._scope(wanted)
         with ApiClient(load_credentials(wanted.settings)) as client:
-            newer = self._superseded()
-            if newer != self._yielded_to:
-                self._yielded_to = newer
-                if newer is not None:
-                    log.info("resource slices: left to the newer instance at %s", newer)
-            if newer is not None:
-                self._list_version = _list(client, node)[1]
+            other = self._superseded()
+            if other != self._yielded_to:
+                self._yielded_to = other
+                if other is not None:
+                    log.info("resource slices: left to %s", other)
+            if other is not None:
+                self._list_version = _list(client, scope)[1]
                 return
             try:
                 self._list_version = sync_slices(
-                    client, node, wanted.driver, self._pools(wanted), self._generations
+                    client,
+                    scope,
+                    wanted.driver,
+                    self._pools(wanted),
+                    self._generations,
+                    self._rewrite,
+                    may_write=lambda: self._superseded() is None,
                 )
             except TaintsDropped:
                 self._taints = False
@@ -173,9 +206,10 @@ class SlicePublisher(Keeper[Wanted]):
         """Watch the node's slices until one of the driver's changes, the watch ends, or
         something else is wanted."""
         client = ApiClient(load_credentials(wanted.settings))
+        scope = self._scope(wanted)
         query = urlencode(
             {
-                "fieldSelector": f"spec.nodeName={node_name(wanted.settings)}",
+                "fieldSelector": scope.field_selector,
                 "watch": "true",
                 "resourceVersion": self._list_version,
                 "timeoutSeconds": str(int(wanted.settings.resync_seconds)),
@@ -192,7 +226,7 @@ class SlicePublisher(Keeper[Wanted]):
             opening.abandon()
             raise
         changed = asyncio.ensure_future(
-            asyncio.to_thread(_until_changed, watch.events(), wanted.driver)
+            asyncio.to_thread(_until_changed, watch.events(), wanted.driver, scope.cluster)
         )
         woken = asyncio.ensure_future(self._wake.wait())
         try:
@@ -235,17 +269,16 @@ class _Opening:
                 self._watch.close()
 
 
-def _until_changed(events: Any, driver: str) -> str | None:
-    """Read watch events until one concerns the driver's slices; what happened, or None when
-    the watch ended."""
+def _until_changed(events: Any, driver: str, cluster: bool) -> str | None:
+    """Read watch events until one concerns the driver's slices of the scope (cluster or
+    node); what happened, or None when the watch ended."""
     for event in events:
         kind = event.get("type")
         item = event.get("object") or {}
         if kind == "ERROR":
             return f"the watch ended: {item.get('message', item)}"
-        if (
-            kind in ("ADDED", "MODIFIED", "DELETED")
-            and (item.get("spec") or {}).get("driver") == driver
+        if kind in ("ADDED", "MODIFIED", "DELETED") and _of(
+            item.get("spec") or {}, driver, cluster
         ):
             name = (item.get("metadata") or {}).get("name")
             return f"slice {name} {kind.lower()}"
@@ -257,37 +290,59 @@ def _until_changed(events: Any, driver: str) -> str | None:
 _MAX_ROUNDS = 3
 
 
+@dataclass(frozen=True)
+class SliceScope:
+    """The slices one publisher keeps: those its list by ``field_selector`` finds with a
+    placement of the scope (``cluster`` or a node's); ``where`` names them in messages,
+    ``owner`` reads the owner reference its slices get (None: none)."""
+
+    field_selector: str
+    where: str
+    cluster: bool
+    owner: Callable[[ApiClient], Mapping[str, Any] | None]
+
+
 def sync_slices(
     client: ApiClient,
-    node: str,
+    scope: SliceScope,
     driver: str,
     pools: Sequence[Pool],
     generations: dict[str, int],
+    rewrite: set[str] | None = None,
+    may_write: Callable[[], bool] = lambda: True,
 ) -> str:
-    """Make the node's slices of ``driver`` exactly ``pools``; the resourceVersion of a list
+    """Make the scope's slices of ``driver`` exactly ``pools``; the resourceVersion of a list
     that showed them so, to watch from. Blocking; KubeError when the API server cannot or will
     not. A slice deleted between a write and that list is seen by that list, and anything
-    later by the watch: nothing falls between the two."""
-    owner: dict[str, Any] | None = None
+    later by the watch: nothing falls between the two. The pools named in ``rewrite`` get a
+    new generation even when they hold what they should (a new publisher takes them over);
+    each is taken out of it once written. ``may_write()`` is asked before each write: once it
+    says no, nothing more is written (NotPublishing)."""
+    owner: Mapping[str, Any] | None = None
+    owner_read = False
+    rewrite = rewrite if rewrite is not None else set()
     for _ in range(_MAX_ROUNDS):
-        items, version = _list(client, node)
+        items, version = _list(client, scope)
         stored: dict[str, list[dict[str, Any]]] = {}
         for item in items:
             spec = item.get("spec") or {}
-            if spec.get("driver") == driver:
+            if _of(spec, driver, scope.cluster):
                 stored.setdefault(str((spec.get("pool") or {}).get("name")), []).append(item)
         stale = [
-            pool for pool in pools if not _published(stored.get(pool.name, []), pool, generations)
+            pool
+            for pool in pools
+            if pool.name in rewrite or not _published(stored.get(pool.name, []), pool, generations)
         ]
         if not stale and stored.keys() <= {pool.name for pool in pools}:
             return version
-        if owner is None:
-            owner = node_owner(client.get(f"/api/v1/nodes/{quote(node, safe='')}"))
+        if not owner_read:
+            owner, owner_read = scope.owner(client), True
         for pool in stale:
             present = stored.get(pool.name, [])
             generation = max(generation_of(present), generations.get(pool.name, 0)) + 1
-            _write(client, present, pool.slices(generation, owner))
+            _write(client, present, pool.slices(generation, owner), may_write)
             generations[pool.name] = generation
+            rewrite.discard(pool.name)
             log.info(
                 "resource slices: pool %s: %d token(s), generation %d",
                 pool.name,
@@ -295,10 +350,15 @@ def sync_slices(
                 generation,
             )
         for name in stored.keys() - {pool.name for pool in pools}:
-            _write(client, stored[name], [])
+            _write(client, stored[name], [], may_write)
             generations.pop(name, None)
             log.info("resource slices: pool %s removed (no longer configured)", name)
-    raise KubeError(f"the resource slices of node {node} kept changing while being written")
+    raise KubeError(f"the resource slices of {scope.where} kept changing while being written")
+
+
+def _of(spec: Mapping[str, Any], driver: str, cluster: bool) -> bool:
+    """Whether a slice's spec is of ``driver`` and of a cluster pool (``cluster``) or not."""
+    return spec.get("driver") == driver and cluster_scoped(spec) == cluster
 
 
 def _published(
@@ -313,8 +373,8 @@ def _published(
     return False
 
 
-def _list(client: ApiClient, node: str) -> tuple[list[dict[str, Any]], str]:
-    query = urlencode({"fieldSelector": f"spec.nodeName={node}"})
+def _list(client: ApiClient, scope: SliceScope) -> tuple[list[dict[str, Any]], str]:
+    query = urlencode({"fieldSelector": scope.field_selector})
     try:
         listing = client.get(f"{SLICES_PATH}?{query}")
     except ApiError as error:
@@ -326,12 +386,18 @@ def _list(client: ApiClient, node: str) -> tuple[list[dict[str, Any]], str]:
 
 
 def _write(
-    client: ApiClient, present: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]
+    client: ApiClient,
+    present: Sequence[Mapping[str, Any]],
+    wanted: Sequence[Mapping[str, Any]],
+    may_write: Callable[[], bool],
 ) -> None:
     """Replace the slices ``present`` by ``wanted``: update those of the same name, create the
-    others, delete what is left. TaintsDropped if the API server did not keep the taints."""
+    others, delete what is left. TaintsDropped if the API server did not keep the taints,
+    NotPublishing as soon as ``may_write()`` says no."""
     by_name = {str((item.get("metadata") or {}).get("name")): item for item in present}
     for item in wanted:
+        if not may_write():
+            raise NotPublishing()
         name = item["metadata"]["name"]
         old = by_name.pop(name, None)
         if old is None:
@@ -343,6 +409,8 @@ def _write(
         if not taints_kept(item, stored):
             raise TaintsDropped(name)
     for name in by_name:
+        if not may_write():
+            raise NotPublishing()
         try:
             client.delete(f"{SLICES_PATH}/{quote(name, safe='')}")
         except ApiError as error:

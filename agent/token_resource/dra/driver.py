@@ -198,7 +198,7 @@ class DraDriver:
 
     def _newer_instance(self, own: Path) -> str | None:
         newer = newer_instance(self._settings, own)
-        return None if newer is None else str(newer)
+        return None if newer is None else f"the newer instance at {newer}"
 
     def pools(self) -> dict[str, ResourceSpec]:
         """Pool name -> the resource it publishes, as configured now."""
