@@ -1,6 +1,7 @@
 """A Kubernetes API server stand-in over HTTPS: the Node object and its ``status`` subresource,
-Pods (pods.py), and resource.k8s.io/v1 (ResourceSlices, ResourceClaims, DeviceClasses;
-resources.py, watch.py, validation.py, scheduler.py, discovery.py).
+Pods (pods.py), resource.k8s.io/v1 (ResourceSlices, ResourceClaims, DeviceClasses;
+resources.py, watch.py, validation.py, scheduler.py, discovery.py) and coordination.k8s.io/v1
+Leases (leases.py).
 
 For Nodes, it answers the requests a node agent makes when it advertises extended resources
 through the Node status, the way a real API server (1.32 to 1.36) answers them:

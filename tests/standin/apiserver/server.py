@@ -1,7 +1,7 @@
 """The API server stand-in itself: lifecycle, the request pipeline (authentication, the
 injected failure, routing) and observing. Its parts are mixins: nodes.py (Nodes),
-resources.py (resource.k8s.io), pods.py (Pods), scheduler.py (hooks for what other components do),
-kubeconfig.py (client configuration)."""
+resources.py (resource.k8s.io), pods.py (Pods), leases.py (Leases), scheduler.py (hooks for
+what other components do), kubeconfig.py (client configuration)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.standin.apiserver.authz import Authorizer, Rule
 from tests.standin.apiserver.certificates import CertificateAuthority, load_chain
 from tests.standin.apiserver.discovery import discovery
 from tests.standin.apiserver.kubeconfig import ClientConfigMixin
+from tests.standin.apiserver.leases import LEASE_PATH, LeasesMixin
 from tests.standin.apiserver.nodes import NODE_PATH, NodesMixin
 from tests.standin.apiserver.pods import POD_PATH, PodsMixin
 from tests.standin.apiserver.resources import KINDS, ResourcesMixin
@@ -50,7 +51,9 @@ def version_info(version: str) -> dict[str, str]:
     }
 
 
-class ApiServerStandin(NodesMixin, ResourcesMixin, PodsMixin, SchedulerMixin, ClientConfigMixin):
+class ApiServerStandin(
+    NodesMixin, ResourcesMixin, PodsMixin, LeasesMixin, SchedulerMixin, ClientConfigMixin
+):
     """The API server, serving HTTPS on 127.0.0.1 on a port chosen at construction (or
     given) and kept across stop/start: :attr:`url` and kubeconfigs are valid before the
     first start.
@@ -103,6 +106,7 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, PodsMixin, SchedulerMixin, Cl
         self._nodes: dict[str, dict[str, Any]] = {}
         self._objects = {collection: {} for collection in KINDS}
         self._pods = {}
+        self._leases = {}
         self._admission = AdmissionPolicies()
         self._history = History(watch_history)
         self._requests: list[LoggedRequest] = []
@@ -307,6 +311,8 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, PodsMixin, SchedulerMixin, Cl
             return self._route_node(method, path, content_type, body, identity)
         if POD_PATH.fullmatch(path):
             return self._route_pods(method, path, query, content_type, body, identity)
+        if LEASE_PATH.fullmatch(path):
+            return self._route_leases(method, path, query, content_type, body, identity)
         if method == "GET":
             answer = discovery(path, self._resource_versions)
             if answer is not None:
@@ -339,6 +345,7 @@ class ApiServerStandin(NodesMixin, ResourcesMixin, PodsMixin, SchedulerMixin, Cl
             copy.deepcopy(self._objects["deviceclasses"]),
             copy.deepcopy(self._pods),
             self._connections,
+            leases=copy.deepcopy(self._leases),
         )
 
     def _changed(self, event: str) -> None:

@@ -45,6 +45,7 @@ class ApiServerView:
     device_classes: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     pods: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # "<ns>/<name>" -> Pod
     connections: int = 0  # connections whose TLS handshake completed, across restarts
+    leases: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # "<ns>/<name>" -> Lease
 
     def annotations(self, node: str) -> dict[str, str]:
         return dict(self.nodes[node]["metadata"].get("annotations") or {})
