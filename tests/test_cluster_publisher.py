@@ -152,10 +152,8 @@ def test_of_two_publishers_one_holds_the_lease_and_writes_the_pool(
         assert "nodeName" not in item["spec"]
         assert item["spec"]["pool"]["name"] == POOL
         writer = writer_of(view)
-        assert (
-            holder(view) is not None
-            and holder(view) == status_of(running[writer])["cluster_pools"]["identity"]
-        )
+        assert holder(view) is not None
+        assert holder(view) == status_of(running[writer])["cluster_pools"]["identity"]
         other = next(name for name in running if name != writer)
         standby = status_of(running[other])["cluster_pools"]
         assert standby["leading"] is False
@@ -185,7 +183,8 @@ def test_sigterm_of_the_holder_hands_the_pool_over_within_a_retry_period(
         handed_over = time.monotonic() - stopped
         assert handed_over <= 3.0, handed_over
         authors = {a.rsplit(":", 1)[-1] for a, _, g in slice_writes(view) if g == before + 1}
-        assert len(authors) == 1 and first not in authors, authors
+        assert len(authors) == 1, authors
+        assert first not in authors
         # Adopted where they were: updated, never deleted and made again.
         assert not [w for w in slice_writes(view) if w[1] == "DELETE"]
         assert devices(view) == [f"token-{i}" for i in range(5)]
