@@ -84,6 +84,7 @@ from tests.standin.apiserver.certificates import (
     client_context,
 )
 from tests.standin.apiserver.nodes import DEFAULT_CAPACITY, new_node
+from tests.standin.apiserver.partition import HeldRequest
 from tests.standin.apiserver.patches import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -93,7 +94,7 @@ from tests.standin.apiserver.patches import (
 from tests.standin.apiserver.quantities import canonical_quantity
 from tests.standin.apiserver.scheduler import EXTENDED_CLAIM_ANNOTATION
 from tests.standin.apiserver.server import ApiServerStandin
-from tests.standin.apiserver.view import ApiServerView, PoolView
+from tests.standin.apiserver.view import ApiServerView, PoolView, SliceWrite
 from tests.standin.apiserver.wire import LoggedRequest, status_object
 
 __all__ = [
@@ -113,10 +114,12 @@ __all__ = [
     "ApiServerView",
     "CertificateAuthority",
     "ClientCertificate",
+    "HeldRequest",
     "KeyPair",
     "LoggedRequest",
     "PoolView",
     "Rule",
+    "SliceWrite",
     "canonical_quantity",
     "client_context",
     "new_node",
