@@ -1,6 +1,6 @@
 """A Kubernetes API server stand-in over HTTPS: the Node object and its ``status`` subresource,
 Pods (pods.py), and resource.k8s.io/v1 (ResourceSlices, ResourceClaims, DeviceClasses;
-resources.py, watch.py, validation.py, scheduler.py, discovery.py).
+resources.py, watch.py, validation.py, placement.py, scheduler.py, discovery.py).
 
 For Nodes, it answers the requests a node agent makes when it advertises extended resources
 through the Node status, the way a real API server (1.32 to 1.36) answers them:
@@ -55,7 +55,9 @@ as a real one does; with ``kubelet_sync=False`` the test calls :meth:`ApiServerS
 Test hooks: :meth:`~ApiServerStandin.reset_capacity` (the kubelet or a node re-creation
 dropping extended resources behind the agent's back), :meth:`~ApiServerStandin.set_capacity`,
 :meth:`~ApiServerStandin.fail_requests` (500 for one method and path),
-``add_node``/``delete_node``, ``stop``/``start`` on the same port, the request log,
+``add_node``/``delete_node``, ``stop``/``start`` on the same port, ``cut_off``/``reconnect``
+(a client's requests hang as in a network partition: partition.py), the request log (with
+each request's changes: ``ApiServerView.slice_writes`` says who wrote which slice),
 :meth:`~ApiServerStandin.wait_for` and :meth:`~ApiServerStandin.write_kubeconfig`; for
 resource.k8s.io (scheduler.py): ``allocate_claim``, ``deallocate``, ``delete_claim``,
 ``delete_pod``, ``add_device_class``, ``delete_slices``, ``compact``.

@@ -1,5 +1,5 @@
-"""Where a ResourceSlice's devices are available, validated as a 1.37 server does it, with its
-field paths and words.
+"""Where a ResourceSlice's devices are available, validated as 1.36 and 1.37 servers do it, with
+their field paths and words (the same in both).
 
 - The slice (pkg/apis/resource/validation/validation.go, ``validateResourceSliceSpec``):
   exactly one of ``nodeName`` (a DNS subdomain, ``validateNodeName``), ``nodeSelector`` (with
