@@ -6,8 +6,10 @@ free-seats probe, and status."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -262,3 +264,33 @@ def test_a_publisher_without_cluster_resources_refuses_to_start(tmp_path: Path) 
         assert 'no resource with scope = "cluster"' in process.log()
     finally:
         process.kill()
+
+
+def test_the_metrics_say_who_leads_and_what_each_pool_offers(
+    apiserver: ApiServerStandin, tmp_path: Path
+) -> None:
+    with publishers(apiserver, tmp_path, 2) as running:
+        view = apiserver.wait_for(lambda v: generation(v) is not None)
+        writer = writer_of(view)
+        for name, process in running.items():
+            metrics = '[metrics]\nlisten = "127.0.0.1:0"\n'
+            process.write_config(publisher_config(tmp_path / f"{name}.conf", 5, metrics))
+        # A change of [metrics] takes a restart: each comes back as what it was.
+        for name, process in running.items():
+            assert process.stop() == 0
+        for name in sorted(running, key=lambda n: n != writer):
+            running[name].start()
+        apiserver.wait_for(lambda v: generation(v) is not None and holder(v) is not None)
+        for name, process in running.items():
+            found = re.search(r"metrics: serving (http://\S+/metrics)", process.log())
+            assert found, process.log()
+            with urllib.request.urlopen(found[1], timeout=30) as response:
+                text = response.read().decode()
+            assert "token_resource_pod_resources_up" not in text
+            leading = status_of(process)["cluster_pools"]["identity"] == holder(
+                apiserver.snapshot()
+            )
+            assert f"token_resource_cluster_pools_leader {float(leading)}" in text
+            offered = f'token_resource_cluster_pool_tokens_offered{{resource="{LICENSE}"}} 5.0'
+            assert offered in text
+            assert f'token_resource_tokens_configured{{resource="{LICENSE}"}} 5.0' in text
