@@ -276,12 +276,12 @@ def test_the_metrics_say_who_leads_and_what_each_pool_offers(
             metrics = '[metrics]\nlisten = "127.0.0.1:0"\n'
             process.write_config(publisher_config(tmp_path / f"{name}.conf", 5, metrics))
         # A change of [metrics] takes a restart: each comes back as what it was.
-        for name, process in running.items():
+        for process in running.values():
             assert process.stop() == 0
         for name in sorted(running, key=lambda n: n != writer):
             running[name].start()
         apiserver.wait_for(lambda v: generation(v) is not None and holder(v) is not None)
-        for name, process in running.items():
+        for process in running.values():
             found = re.search(r"metrics: serving (http://\S+/metrics)", process.log())
             assert found, process.log()
             with urllib.request.urlopen(found[1], timeout=30) as response:
