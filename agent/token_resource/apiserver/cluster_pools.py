@@ -23,13 +23,14 @@ from typing import Any
 from token_resource.apiserver.client import ApiClient, KubeError
 from token_resource.apiserver.credentials import load_credentials
 from token_resource.apiserver.leader import LeaderElector, LeaseState
-from token_resource.apiserver.publisher import PoolWanted, SlicePublisher, SliceScope, Wanted
+from token_resource.apiserver.publisher import PoolWanted, SlicePublisher, Wanted
 from token_resource.apiserver.slices import (
     API_VERSION,
     Pool,
     cluster_placement,
     cluster_pool_name,
 )
+from token_resource.apiserver.slicesync import SliceScope
 from token_resource.config.model import KubernetesSettings
 from token_resource.config.names import token_index
 
