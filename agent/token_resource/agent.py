@@ -35,6 +35,7 @@ from token_resource.health.state import TokenHealth
 from token_resource.host.control import Answer, ControlServer
 from token_resource.host.fswatch import DirectoryWatcher, FileEvent
 from token_resource.host.notify import SystemdNotifier
+from token_resource.host.winddown import wind_down
 from token_resource.instances import Placement
 from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.kubelet.reconciler import Reconciler
@@ -394,16 +395,3 @@ class Agent:
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.
             await self._advertiser.close()
-
-
-async def wind_down(timeout: float) -> None:
-    """Wait up to ``timeout`` seconds for every other task of the loop to end.
-
-    A gRPC server's stop() can return while the tasks in which grpc.aio ends its last calls
-    are still pending (a stream opened just as the agent stopped). asyncio.run() cancels what
-    is left when the agent's coroutine returns, and grpc.aio logs such a cancellation as
-    "Exception not handled by _handle_exceptions", with a traceback on stderr.
-    """
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        await asyncio.wait(others, timeout=timeout)
