@@ -18,7 +18,6 @@ import pytest
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.apiserver.leases import LEASE_RULES
-from tests.standin.partition import Partition
 from token_resource.apiserver.client import KubeError
 from token_resource.apiserver.leader import LeaderElector, default_identity, lease_namespace
 from token_resource.apiserver.leaderrecord import (
@@ -57,13 +56,11 @@ class Election:
     most_leaders: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def add(self, name: str, server: str | None = None) -> LeaderElector:
+    def add(self, name: str) -> LeaderElector:
         token = f"token-{name}"
         user = f"system:serviceaccount:{NAMESPACE}:{name}"
         self.apiserver.add_token(token, user=user, rules=LEASE_RULES)
-        kubeconfig = self.apiserver.write_kubeconfig(
-            self.directory / f"{name}.conf", token=token, server=server
-        )
+        kubeconfig = self.apiserver.write_kubeconfig(self.directory / f"{name}.conf", token=token)
         settings = KubernetesSettings(
             kubeconfig=kubeconfig,
             lease_duration=LEASE_DURATION,
@@ -222,14 +219,12 @@ def test_a_leader_that_cannot_renew_stops_before_another_can_take_over(
 def test_a_partitioned_leader_stops_at_its_deadline_though_its_requests_hang(
     apiserver: ApiServerStandin, tmp_path: Path
 ) -> None:
-    partition = Partition(apiserver.host, apiserver.port)
-
     async def scenario(election: Election) -> None:
-        first = election.add("c0", server=partition.url)
+        first = election.add("c0")
         await election.until(lambda: first.leading)
         second = election.add("c1")
         await requests_by(apiserver, "c1", "GET", 2)
-        partition.cut()
+        apiserver.cut_off(token="token-c0")
         cut = time.monotonic()
         await election.until(lambda: not first.leading)
         stopped = time.monotonic()
@@ -237,16 +232,13 @@ def test_a_partitioned_leader_stops_at_its_deadline_though_its_requests_hang(
         await election.until(lambda: second.leading, timeout=LEASE_DURATION + 5)
         assert time.monotonic() - stopped >= LEASE_DURATION - RENEW_DEADLINE - RETRY
         assert "timed out" in (first.state.error or "")
-        partition.heal()
+        apiserver.reconnect(token="token-c0")
         # Back, it finds the Lease another's: it stays a candidate.
         await requests_by(apiserver, "c0", "GET", 2)
         assert not first.leading
         assert first.state.holder == "c1"
 
-    try:
-        run(apiserver, tmp_path, scenario)
-    finally:
-        partition.close()
+    run(apiserver, tmp_path, scenario)
 
 
 def test_a_leader_whose_api_server_is_gone_stops_at_its_deadline(
