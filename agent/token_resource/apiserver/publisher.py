@@ -42,7 +42,7 @@ from token_resource.apiserver.slices import (
     pool_name,
     taints_kept,
 )
-from token_resource.config.model import NO_SCHEDULE, KubernetesSettings
+from token_resource.config.model import NO_SCHEDULE, KubernetesSettings, NodeSelection
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +57,13 @@ NO_DRA = (
 
 @dataclass(frozen=True)
 class PoolWanted:
-    """A resource's pool as wanted: its tokens, the unhealthy ones and their taint's effect."""
+    """A resource's pool as wanted: its tokens, the unhealthy ones and their taint's effect;
+    for a cluster pool, the nodes it is for (None: all)."""
 
     count: int
     unhealthy: frozenset[int] = frozenset()
     effect: str = NO_SCHEDULE
+    nodes: NodeSelection | None = None
 
 
 @dataclass(frozen=True)
