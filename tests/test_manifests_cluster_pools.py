@@ -26,6 +26,7 @@ from tests.test_manifests import (
     rendered,
     the_container,
 )
+from token_resource.apiserver.cluster_pools import lease_name
 from token_resource.config.load import parse_config
 from token_resource.config.model import CLUSTER_SCOPE, COMMAND, DRA, NODE_SCOPE, Config
 
@@ -35,12 +36,6 @@ PUBLISHER_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{PUBLISHER}"
 PUBLISHER_POLICY = "token-resource-publisher-cluster-slices"
 # (namespace, "" for a ClusterRole's; API group, resource, resourceNames, verb)
 Grant = tuple[str, str, str, tuple[str, ...], str]
-
-
-def lease_name(driver: str) -> str:
-    """The Lease the publishers of ``driver`` run for, as apiserver/cluster_pools.py's
-    lease_name names it."""
-    return f"{driver}-cluster-pools"
 
 
 def the_publisher(objects: list[Object]) -> Object:

@@ -3,20 +3,25 @@ API server (tests/kube/controlplane.py): its RBAC and ValidatingAdmissionPolicy,
 kubectl beside the DRA overlay's, let the publisher's service account write exactly what the
 publisher writes (its Lease; the driver's cluster-wide ResourceSlices) and refuse it node-bound
 slices, other drivers' and other Leases; and the DRA overlay's own-node policy refuses the
-DaemonSet's account a cluster slice. No publisher runs: the requests are the ones it makes
-(apiserver/leader.py, apiserver/publisher.py), made here with its account's token."""
+DaemonSet's account a cluster slice. The requests are the ones the publisher makes
+(apiserver/leader.py, apiserver/publisher.py), made here with its account's token; and the real
+publisher, on the overlay's own file, publishes its pool and hands its Lease back with that
+account."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.kube.client import KubeClient
+from tests.harness import AgentProcess
+from tests.kube.client import KubeClient, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_cp_dra import BASE_RBAC, NAMESPACE_YAML, OVERLAY, SLICES, slice_refused
+from token_resource.apiserver.cluster_pools import lease_name
 
 CLUSTER_POOLS = OVERLAY.parent / "cluster-pools"
 NAMESPACE = "token-resource"
@@ -29,8 +34,8 @@ NODE = "cp-pools"
 # Every name the test gives a slice or a Lease starts so: the clean-up finds them by it.
 PREFIX = "cp-pools-"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
-# The publishers' Lease, as apiserver/cluster_pools.py's lease_name names it.
-LEASE = f"{DRIVER}-cluster-pools"
+# The publishers' Lease.
+LEASE = lease_name(DRIVER)
 ALL_NODES: dict[str, Any] = {"allNodes": True}
 LICENSED: dict[str, Any] = {
     "nodeSelector": {
@@ -87,7 +92,10 @@ def applied(control_plane: ControlPlane) -> Iterator[None]:
                 f"/api/v1/namespaces/{NAMESPACE}/pods/{account}-{NODE}?gracePeriodSeconds=0",
             )
         for item in control_plane.admin.get(SLICES)["items"]:
-            if item["metadata"]["name"].startswith(PREFIX):
+            # The test's, and the real publisher's pools (the driver's slices of no node).
+            spec = item["spec"]
+            pool = spec["driver"] == DRIVER and not spec.get("nodeName")
+            if item["metadata"]["name"].startswith(PREFIX) or pool:
                 control_plane.admin.delete(f"{SLICES}/{item['metadata']['name']}")
         for name in (LEASE, f"{PREFIX}other"):
             control_plane.admin.delete(f"{LEASES}/{name}")
@@ -218,3 +226,49 @@ def test_the_daemonsets_account_may_not_write_a_cluster_slice(control_plane: Con
             AGENT_POLICY,
             f"the agent on node {NODE} may only write the ResourceSlices of its own node, not of",
         )
+
+
+def the_pool(control_plane: ControlPlane) -> list[str] | None:
+    """The license pool's devices the publisher wrote (None before it has)."""
+    items = control_plane.admin.get(f"{SLICES}?fieldSelector=spec.driver={DRIVER}")["items"]
+    names = [
+        device["name"]
+        for item in items
+        if item["spec"].get("allNodes") and item["spec"]["pool"]["name"] == "example.com/license"
+        for device in item["spec"]["devices"]
+    ]
+    return names or None
+
+
+@pytest.mark.usefixtures("applied")
+def test_the_real_publisher_publishes_the_overlays_pool_with_its_account(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """`token-resource run --role publisher` on the overlay's token-resource.toml (its account's
+    token in a kubeconfig instead of the pod's, its Lease in the pod's namespace) takes the
+    Lease, writes the 20 seats for every node, and gives the Lease up as it stops: nothing it
+    does is refused by the overlay's RBAC or policy."""
+    token = control_plane.service_account_token(NAMESPACE, PUBLISHER, NODE)
+    kubeconfig = control_plane.token_kubeconfig(token, tmp_path / "publisher.conf")
+    shipped = (CLUSTER_POOLS / "token-resource.toml").read_text()
+    in_pod = "\nin_cluster = true\n"
+    assert shipped.count(in_pod) == 1
+    config = shipped.replace(
+        in_pod, f'\nkubeconfig = "{kubeconfig}"\nlease_namespace = "{NAMESPACE}"\n'
+    )
+    publisher = AgentProcess(tmp_path / "publisher", tmp_path / "unused", role="publisher")
+    try:
+        publisher.write_config(config)
+        publisher.start()
+        devices = wait_until("the publisher's license pool", lambda: the_pool(control_plane))
+        assert sorted(devices) == sorted(f"token-{index}" for index in range(20))
+        lease = control_plane.admin.get(f"{LEASES}/{LEASE}")
+        assert lease["spec"]["holderIdentity"], lease
+        assert publisher.stop() == 0
+    finally:
+        publisher.kill()
+    # Released on a clean stop: the next candidate takes it over at once.
+    assert not control_plane.admin.get(f"{LEASES}/{LEASE}")["spec"].get("holderIdentity")
+    log = publisher.log()
+    # Neither RBAC's refusal nor the policy's ("... is forbidden: ... denied request: ...").
+    assert "forbidden" not in log, log
