@@ -51,10 +51,14 @@ METRICS = "overlays/metrics"
 DEMO = "examples/token-demo"
 DRA_OVERLAY = "overlays/dra"
 NODE_STATUS_OVERLAY = "overlays/node-status"
+# The DRA overlay and the cluster pools' publisher (tests/test_manifests_cluster_pools.py).
+CLUSTER_POOLS = "overlays/cluster-pools"
 # The DaemonSet's ServiceAccount as the API server names it.
 ACCOUNT = "system:serviceaccount:token-resource:token-resource"
 # Every kustomization a user is told to apply.
-KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, METRICS, DEMO, DRA_OVERLAY, NODE_STATUS_OVERLAY)
+KUSTOMIZATIONS = (
+    BASE, EXAMPLE, POOLS, METRICS, DEMO, DRA_OVERLAY, NODE_STATUS_OVERLAY, CLUSTER_POOLS
+)  # fmt: skip
 
 # The oldest Kubernetes whose schemas the manifests must pass (DaemonSet maxSurge and seccomp
 # fields are long GA there), and the newest whose schemas kubernetes-validate ships.
@@ -63,7 +67,7 @@ NEWEST_KUBERNETES = ".".join(kubernetes_validate.latest_version().split(".")[:2]
 SCHEMA_VERSIONS = (OLDEST_KUBERNETES, NEWEST_KUBERNETES)
 # Where a kustomization needs a newer Kubernetes: DRA's resource.k8s.io/v1 is 1.34's, the
 # ValidatingAdmissionPolicy of admissionregistration.k8s.io/v1 1.30's.
-OLDEST_FOR = {DRA_OVERLAY: "1.34", NODE_STATUS_OVERLAY: "1.30"}
+OLDEST_FOR = {DRA_OVERLAY: "1.34", NODE_STATUS_OVERLAY: "1.30", CLUSTER_POOLS: "1.34"}
 
 CONFIG_DIR = "/etc/token-resource"
 CONFIG_FILE = f"{CONFIG_DIR}/token-resource.toml"
@@ -792,7 +796,7 @@ def granted(objects: list[Object], account: Object) -> dict[tuple[str, str], set
 
 def test_every_agent_may_read_nodes_and_nothing_more() -> None:
     for kustomization, objects, daemon_set in daemon_sets():
-        if kustomization in (DRA_OVERLAY, NODE_STATUS_OVERLAY):
+        if kustomization in (DRA_OVERLAY, NODE_STATUS_OVERLAY, CLUSTER_POOLS):
             continue
         spec = daemon_set["spec"]["template"]["spec"]
         account = kind_of(objects, "ServiceAccount", spec["serviceAccountName"])
@@ -845,15 +849,20 @@ def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
     ]
 
 
-def test_the_dra_overlays_device_classes_are_what_the_command_prints() -> None:
-    objects = rendered(DRA_OVERLAY)
+@pytest.mark.parametrize("kustomization", [DRA_OVERLAY, CLUSTER_POOLS])
+def test_the_dra_overlays_device_classes_are_what_the_command_prints(kustomization: str) -> None:
+    """One DeviceClass per DRA resource, a node's or the cluster's (cluster-pools: the DRA
+    overlay's and its own, deviceclasses.yaml), as `token-resource device-classes` prints them
+    for the overlay's file."""
+    objects = rendered(kustomization)
     [daemon_set] = of_kind(objects, "DaemonSet")
     config = agent_config(objects, daemon_set)
     expected = [device_class(config.dra.driver, name) for name in config.resources]
+    assert len(expected) == (2 if kustomization == CLUSTER_POOLS else 1)
     assert of_kind(objects, "DeviceClass") == expected
     printed = subprocess.run(
         [sys.executable, "-m", "token_resource", "device-classes", "--config",
-         str(DEPLOY / DRA_OVERLAY / "token-resource.toml")],
+         str(DEPLOY / kustomization / "token-resource.toml")],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
     assert [obj for obj in yaml.safe_load_all(printed) if obj] == expected
