@@ -45,7 +45,6 @@ FAST = (
     f"renew_deadline_seconds = {RENEW_SECONDS}\n"
     f"retry_period_seconds = {RETRY_SECONDS}\n"
 )
-SLICE_WRITES = ("POST", "PUT", "DELETE")
 
 
 @pytest.fixture
@@ -115,26 +114,27 @@ def holder(view: ApiServerView) -> str | None:
     return None if lease is None else (lease.get("spec") or {}).get("holderIdentity")
 
 
-def slice_writes(view: ApiServerView) -> list[tuple[str, str, int | None]]:
-    """(author, method, pool generation written) of every successful write of a slice."""
-    writes = []
-    for request in view.requests:
-        if (
-            request.method in SLICE_WRITES
-            and "/resourceslices" in request.path
-            and 200 <= request.status < 300
-        ):
-            spec = (request.response or {}).get("spec") or {}
-            written = (spec.get("pool") or {}).get("generation")
-            writes.append((str(request.identity), request.method, written))
-    return writes
+def authors(view: ApiServerView, generation: int | None = None) -> set[str]:
+    """The publishers (p0, p1, ...) that wrote the pool (that generation of it)."""
+    return {
+        write.author.rsplit(":", 1)[-1]
+        for write in view.slice_writes(DRIVER, POOL)
+        if generation is None or write.generation == generation
+    }
+
+
+def holder_and_generation(apiserver: ApiServerStandin) -> tuple[str, int]:
+    """Once the pool is published: the one publisher that wrote it, and its generation."""
+    view = apiserver.wait_for(lambda v: generation(v) is not None)
+    published = generation(view)
+    assert published is not None
+    return writer_of(view), published
 
 
 def writer_of(view: ApiServerView) -> str:
     """The one publisher whose account wrote slices (p0, p1, ...)."""
-    authors = {author.rsplit(":", 1)[-1] for author, _, _ in slice_writes(view)}
-    assert len(authors) == 1, authors
-    return authors.pop()
+    (writer,) = authors(view)
+    return writer
 
 
 def status_of(process: AgentProcess) -> dict[str, Any]:
@@ -176,19 +176,16 @@ def test_sigterm_of_the_holder_hands_the_pool_over_within_a_retry_period(
     apiserver: ApiServerStandin, tmp_path: Path
 ) -> None:
     with publishers(apiserver, tmp_path, 3) as running:
-        view = apiserver.wait_for(lambda v: generation(v) is not None)
-        first, before = writer_of(view), generation(view)
-        assert before is not None
+        first, before = holder_and_generation(apiserver)
         stopped = time.monotonic()
         assert running[first].stop() == 0
         view = apiserver.wait_for(lambda v: generation(v) == before + 1, timeout=10)
         handed_over = time.monotonic() - stopped
         assert handed_over <= 3.0, handed_over
-        authors = {a.rsplit(":", 1)[-1] for a, _, g in slice_writes(view) if g == before + 1}
-        assert len(authors) == 1, authors
-        assert first not in authors
+        (second,) = authors(view, before + 1)
+        assert second != first
         # Adopted where they were: updated, never deleted and made again.
-        assert not [w for w in slice_writes(view) if w[1] == "DELETE"]
+        assert {write.type for write in view.slice_writes(DRIVER)} == {"ADDED", "MODIFIED"}
         assert devices(view) == [f"token-{i}" for i in range(5)]
         assert "giving up the lease" in running[first].log()
 
@@ -197,9 +194,7 @@ def test_sigkill_of_the_holder_another_writes_within_lease_duration_and_retry(
     apiserver: ApiServerStandin, tmp_path: Path
 ) -> None:
     with publishers(apiserver, tmp_path, 2) as running:
-        view = apiserver.wait_for(lambda v: generation(v) is not None)
-        first, before = writer_of(view), generation(view)
-        assert before is not None
+        first, before = holder_and_generation(apiserver)
         killed = time.monotonic()
         running[first].signal(signal.SIGKILL)
         view = apiserver.wait_for(lambda v: generation(v) == before + 1, timeout=20)
@@ -270,8 +265,7 @@ def test_the_metrics_say_who_leads_and_what_each_pool_offers(
     apiserver: ApiServerStandin, tmp_path: Path
 ) -> None:
     with publishers(apiserver, tmp_path, 2) as running:
-        view = apiserver.wait_for(lambda v: generation(v) is not None)
-        writer = writer_of(view)
+        writer, _ = holder_and_generation(apiserver)
         for name, process in running.items():
             metrics = '[metrics]\nlisten = "127.0.0.1:0"\n'
             process.write_config(publisher_config(tmp_path / f"{name}.conf", 5, metrics))
