@@ -249,16 +249,22 @@ def test_the_free_seats_probe_taints_the_seats_not_free(
         assert (report["healthy"], report["allocated"]) == (5, 1)
 
 
-def test_a_publisher_without_cluster_resources_refuses_to_start(tmp_path: Path) -> None:
+def refused_start(tmp_path: Path, config: str) -> str:
+    """The log of a publisher started on ``config``, which must exit 1."""
     process = AgentProcess(tmp_path / "p", tmp_path / "unused", role="publisher")
-    process.write_config('[resources."example.com/token"]\ncount = 2\n')
+    process.write_config(config)
     try:
         process.start(wait_ready=False)
         assert process.process is not None
         assert process.process.wait(30) == 1
-        assert 'no resource with scope = "cluster"' in process.log()
+        return process.log()
     finally:
         process.kill()
+
+
+def test_a_publisher_without_cluster_resources_refuses_to_start(tmp_path: Path) -> None:
+    log = refused_start(tmp_path, '[resources."example.com/token"]\ncount = 2\n')
+    assert 'no resource with scope = "cluster"' in log
 
 
 def test_the_metrics_say_who_leads_and_what_each_pool_offers(
@@ -288,3 +294,15 @@ def test_the_metrics_say_who_leads_and_what_each_pool_offers(
             offered = f'token_resource_cluster_pool_tokens_offered{{resource="{LICENSE}"}} 5.0'
             assert offered in text
             assert f'token_resource_tokens_configured{{resource="{LICENSE}"}} 5.0' in text
+
+
+def test_a_publisher_in_a_pod_without_its_namespace_refuses_to_start(tmp_path: Path) -> None:
+    """In a pod the Lease is in the pod's namespace; guessing another would elect a second
+    publisher there."""
+    assert not Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").exists()
+    log = refused_start(
+        tmp_path,
+        "[kubernetes]\nin_cluster = true\n"
+        f'[resources."{LICENSE}"]\ncount = 2\nadvertise = "dra"\nscope = "cluster"\n',
+    )
+    assert "cannot read the pod's namespace" in log

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from token_resource.agent import Agent, StartError
+from token_resource.apiserver.client import KubeError
 from token_resource.apiserver.cluster_pools import ClusterPools, lease_name
 from token_resource.apiserver.leader import default_identity, lease_namespace
 from token_resource.apiserver.publisher import PoolWanted
@@ -69,7 +70,10 @@ class PublisherAgent(Agent):
             await self._pools.close()
             self._pools = None
         if self._pools is None:
-            namespace = lease_namespace(config.kubernetes)
+            try:
+                namespace = lease_namespace(config.kubernetes)
+            except KubeError as error:
+                return [f"cluster pools of driver {config.dra.driver}: {error}"]
             log.info(
                 "cluster pools of driver %s: running for the lease %s/%s as %s",
                 config.dra.driver,
