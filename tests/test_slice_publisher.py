@@ -9,20 +9,29 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from token_resource.apiserver import credentials
-from token_resource.apiserver.client import Credentials, KubeError
+from token_resource.apiserver.client import ApiClient, Credentials, KubeError
+from token_resource.apiserver.credentials import load_credentials
 from token_resource.apiserver.keeper import FIRST_RETRY_DELAY
-from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
-from token_resource.apiserver.slices import pool_name
+from token_resource.apiserver.publisher import PoolWanted, SlicePublisher, sync_slices
+from token_resource.apiserver.slices import (
+    SLICES_PATH,
+    Pool,
+    cluster_pool_name,
+    pool_name,
+    slice_name,
+)
 from token_resource.config.model import KubernetesSettings
 
 NODE = "node-a"
 DRIVER = "tokens.example.com"
 TOKEN = "example.com/token"
+CLUSTER_POOL = cluster_pool_name(TOKEN)
 
 
 @pytest.fixture
@@ -160,3 +169,35 @@ def test_a_stop_while_the_watch_thread_sees_its_close_stops_the_publisher(
             released.set()
 
     asyncio.run(scenario())
+
+
+def test_a_sync_never_changes_a_cluster_pools_slices_of_its_driver(
+    apiserver: ApiServerStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's sync rewrites and deletes its node's slices of the driver only: a cluster
+    pool's (``allNodes``, no ``nodeName``) is the elected publisher's, even when the list
+    holds it (here an admin's list without the field selector, as the node's is not)."""
+    apiserver.add_token("admin")
+    admin = KubernetesSettings(
+        kubeconfig=apiserver.write_kubeconfig(tmp_path / "admin.conf", token="admin"),
+        node_name=NODE,
+    )
+    [cluster] = Pool(DRIVER, NODE, TOKEN, 2).slices(1)
+    del cluster["spec"]["nodeName"]
+    cluster["metadata"]["name"] = slice_name(DRIVER, CLUSTER_POOL, 0)
+    cluster["spec"].update(allNodes=True, pool={**cluster["spec"]["pool"], "name": CLUSTER_POOL})
+
+    def everything(client: ApiClient, node: str) -> tuple[list[dict[str, Any]], str]:
+        listing = client.get(SLICES_PATH)
+        return listing["items"], listing["metadata"]["resourceVersion"]
+
+    monkeypatch.setattr("token_resource.apiserver.publisher._list", everything)
+    with ApiClient(load_credentials(admin)) as client:
+        client.create(SLICES_PATH, cluster)
+        for count in (3, 4):
+            sync_slices(client, NODE, DRIVER, [Pool(DRIVER, NODE, TOKEN, count)], {})
+            assert pool_size(apiserver.snapshot()) == count
+        sync_slices(client, NODE, DRIVER, [], {})  # the node's pool goes, and only it
+    assert pool_size(apiserver.snapshot()) is None
+    [kept] = apiserver.snapshot().slices_of(driver=DRIVER)
+    assert (kept["spec"]["pool"], kept["metadata"]["generation"]) == (cluster["spec"]["pool"], 1)
