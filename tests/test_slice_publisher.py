@@ -31,7 +31,6 @@ from token_resource.config.model import KubernetesSettings
 NODE = "node-a"
 DRIVER = "tokens.example.com"
 TOKEN = "example.com/token"
-CLUSTER_POOL = cluster_pool_name(TOKEN)
 
 
 @pytest.fixture
@@ -182,10 +181,7 @@ def test_a_sync_never_changes_a_cluster_pools_slices_of_its_driver(
         kubeconfig=apiserver.write_kubeconfig(tmp_path / "admin.conf", token="admin"),
         node_name=NODE,
     )
-    [cluster] = Pool(DRIVER, NODE, TOKEN, 2).slices(1)
-    del cluster["spec"]["nodeName"]
-    cluster["metadata"]["name"] = slice_name(DRIVER, CLUSTER_POOL, 0)
-    cluster["spec"].update(allNodes=True, pool={**cluster["spec"]["pool"], "name": CLUSTER_POOL})
+    cluster = cluster_slice(DRIVER, TOKEN, 2)
 
     def everything(client: ApiClient, node: str) -> tuple[list[dict[str, Any]], str]:
         listing = client.get(SLICES_PATH)
@@ -201,3 +197,14 @@ def test_a_sync_never_changes_a_cluster_pools_slices_of_its_driver(
     assert pool_size(apiserver.snapshot()) is None
     [kept] = apiserver.snapshot().slices_of(driver=DRIVER)
     assert (kept["spec"]["pool"], kept["metadata"]["generation"]) == (cluster["spec"]["pool"], 1)
+
+
+def cluster_slice(driver: str, resource: str, count: int) -> dict[str, Any]:
+    """The one slice of a cluster pool of ``count`` tokens, for every node (``allNodes``), as
+    the elected publisher writes it; made from a node's pool (the devices are the same)."""
+    [made] = Pool(driver, "-", resource, count).slices(1)
+    pool = cluster_pool_name(resource)
+    del made["spec"]["nodeName"]
+    made["metadata"]["name"] = slice_name(driver, pool, 0)
+    made["spec"].update(allNodes=True, pool={**made["spec"]["pool"], "name": pool})
+    return made
