@@ -224,8 +224,21 @@ def test_add_and_remove_resources_live(serving: AgentProcess, kubelet: KubeletSt
         ('[resources]\n"example.com/token" = 1\ncolour = "blue"\n', "colour"),
         ('[resources]\n"example.com/token" = 100001\n', "100000"),
         ('[resources]\n"example.com/token" = 2\n[agent]\ndevice_plugin_dir = "/elsewhere"\n', ""),
+        (
+            '[resources]\n"example.com/token" = 2\n[resources."example.com/seat"]\ncount = 1\n'
+            'advertise = "dra"\nscope = "cluster"\nnodes = "zone in (a"\n',
+            "nodes is not a valid label selector: at the end: expected ',' or ')'",
+        ),
     ],
-    ids=["toml", "negative", "reserved-domain", "bad-name", "absurd-count", "dup-agent"],
+    ids=[
+        "toml",
+        "negative",
+        "reserved-domain",
+        "bad-name",
+        "absurd-count",
+        "dup-agent",
+        "bad-selector",
+    ],
 )
 def test_a_broken_file_changes_nothing_and_says_why(
     serving: AgentProcess, kubelet: KubeletStandin, broken: str, reason: str

@@ -170,3 +170,50 @@ def test_check_reports_every_socket_path_too_long_for_device_plugins_only(
     lines = err.splitlines()
     assert len(lines) == 2, err
     assert all("key agent.device_plugin_dir" in line for line in lines)
+
+
+def test_check_shows_a_cluster_pool_its_scope_and_nodes(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubelet.conf"
+    kubeconfig.write_text("apiVersion: v1\n")
+    agent = AgentProcess(tmp_path, Path("/var/lib/kubelet/device-plugins"))
+    dropin = agent.dropin_dir / "50-zone.toml"
+    try:
+        agent.config_path.write_text(
+            f'[kubernetes]\nkubeconfig = "{kubeconfig}"\nnode_name = "node-1"\n'
+            '[resources."example.com/seat"]\ncount = 20\nadvertise = "dra"\nscope = "cluster"\n'
+            '[resources."example.com/floating"]\ncount = 3\nadvertise = "dra"\n'
+            'scope = "cluster"\n'
+        )
+        write_file(
+            dropin, '[resources."example.com/seat"]\nnodes = "zone in (a,b), !spot"\n', atomic=True
+        )
+        code, out, err = check(agent)
+    finally:
+        agent.kill()
+    assert (code, err) == (0, "")
+    main = agent.config_path
+    assert out.splitlines() == [
+        f"{main}: valid ({main}, {dropin})",
+        "device-plugin directory: /var/lib/kubelet/device-plugins",
+        f"API server: Node node-1 (from node_name), kubeconfig {kubeconfig} (readable)",
+        "DRA driver token-resource: registration socket "
+        "/var/lib/kubelet/plugins_registry/token-resource-reg.sock, service socket "
+        "/var/lib/kubelet/plugins/token-resource/dra.sock, CDI specs in /var/run/cdi",
+        "  example.com/floating: DRA, cluster-wide: 3 token(s) for every node as the devices of "
+        "pool example.com/floating (driver token-resource), published by the elected publisher;"
+        " this node prepares their claims, IDs in $TOKEN_RESOURCE_EXAMPLE_COM_FLOATING through "
+        "CDI",
+        f"    count = 3  ({main})",
+        '    env = "TOKEN_RESOURCE_EXAMPLE_COM_FLOATING"  (default)',
+        f'    advertise = "dra"  ({main})',
+        f'    scope = "cluster"  ({main})',
+        '  example.com/seat: DRA, cluster-wide: 20 token(s) for the nodes "zone in (a,b), !spot" '
+        "as the devices of pool example.com/seat (driver token-resource), published by the "
+        "elected publisher; this node prepares their claims, IDs in "
+        "$TOKEN_RESOURCE_EXAMPLE_COM_SEAT through CDI",
+        f"    count = 20  ({main})",
+        '    env = "TOKEN_RESOURCE_EXAMPLE_COM_SEAT"  (default)',
+        f'    advertise = "dra"  ({main})',
+        f'    scope = "cluster"  ({main})',
+        f'    nodes = "zone in (a,b), !spot"  ({dropin})',
+    ]

@@ -300,7 +300,8 @@ def test_deeply_nested_toml_is_a_config_error() -> None:
             "[kubernetes]\nserver = 1\n",
             "kubernetes.server",
             2,
-            "in_cluster, kubeconfig, node_name, resync_seconds",
+            "in_cluster, kubeconfig, lease_duration_seconds, lease_namespace, node_name, "
+            "renew_deadline_seconds, resync_seconds, retry_period_seconds",
         ),
         (
             '[agent]\ndevice_plugin_dir = "/x"\nsocket = 1\n',
@@ -312,13 +313,13 @@ def test_deeply_nested_toml_is_a_config_error() -> None:
             '[resources."example.com/token"]\ncount = 1\ncolour = true\n',
             f"{TOKEN_KEY}.colour",
             3,
-            "advertise, count, env, probe, remove",
+            "advertise, count, env, nodes, probe, remove, scope",
         ),
         (
             '[resources]\n"example.com/token" = { count = 1, "odd key" = 2 }\n',
             f'{TOKEN_KEY}."odd key"',
             2,
-            "advertise, count, env, probe, remove",
+            "advertise, count, env, nodes, probe, remove, scope",
         ),
     ],
 )

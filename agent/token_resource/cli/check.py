@@ -7,9 +7,9 @@ import asyncio
 import json
 
 from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR, node_name
-from token_resource.apiserver.slices import pool_name
+from token_resource.apiserver.slices import cluster_pool_name, pool_name
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, socket_errors
-from token_resource.config.diff import describe_probe
+from token_resource.config.diff import describe_nodes, describe_probe
 from token_resource.config.load import validate_config
 from token_resource.config.model import (
     DEFAULT_POD_RESOURCES_SOCKET,
@@ -63,14 +63,9 @@ def check(args: argparse.Namespace) -> int:
         print("no resources configured")
     for spec in config.resources.values():
         print(f"  {spec.name}: {_becomes(spec, config)}")
-        keys = (
-            ("count", "env", "advertise")
-            if spec.advertise in MODES_WITH_ENV
-            else ("count", "advertise")
-        )
-        for key in keys:
+        for key in _shown_keys(spec):
             origin = spec.origin(key)
-            shown = json.dumps(getattr(spec, key))  # TOML spelling, for an int or a string
+            shown = _toml(spec, key)
             print(f"    {key} = {shown}  ({origin if origin is not None else 'default'})")
         if spec.probe is not None:
             print(f"    probe: {_probe(spec.probe)}  ({spec.origin('probe')})")
@@ -79,6 +74,26 @@ def check(args: argparse.Namespace) -> int:
     for name, path in config.removed.items():
         print(f"  {name}: removed by {path}")
     return EXIT_OK
+
+
+def _shown_keys(spec: ResourceSpec) -> tuple[str, ...]:
+    """The keys that mean something for this resource: env only where a container reads it,
+    scope (and nodes) only for a cluster pool."""
+    keys = (
+        ["count", "env", "advertise"]
+        if spec.advertise in MODES_WITH_ENV
+        else ["count", "advertise"]
+    )
+    if spec.cluster_scoped:
+        keys += ["scope", "nodes"] if spec.nodes is not None else ["scope"]
+    return tuple(keys)
+
+
+def _toml(spec: ResourceSpec, key: str) -> str:
+    """A resource's setting as the file spells it."""
+    if key == "nodes":
+        return describe_nodes(spec.nodes)
+    return json.dumps(getattr(spec, key))  # TOML spelling, for an int or a string
 
 
 def _probe(probe: ProbeSpec) -> str:
@@ -111,6 +126,13 @@ def _becomes(spec: ResourceSpec, config: Config) -> str:
     if spec.advertise == DEVICE_PLUGIN:
         endpoint = SocketLayout(config.agent.device_plugin_dir).endpoint(spec.name)
         return f"device plugin: {spec.count} token(s) on socket {endpoint}, IDs in ${spec.env}"
+    if spec.cluster_scoped:
+        nodes = "every node" if spec.nodes is None else f"the nodes {describe_nodes(spec.nodes)}"
+        return (
+            f"DRA, cluster-wide: {spec.count} token(s) for {nodes} as the devices of pool "
+            f"{cluster_pool_name(spec.name)} (driver {config.dra.driver}), published by the "
+            f"elected publisher; this node prepares their claims, IDs in ${spec.env} through CDI"
+        )
     node = node_name(config.kubernetes)
     if spec.advertise == DRA:
         pool = pool_name(node, spec.name)

@@ -4,7 +4,9 @@ It reads, validates, merges and diffs them, and says which file events concern t
 only the standard library, tomli, ``_compat`` and ``host`` (for file events), so ``check`` runs
 without the agent's runtime libraries. Modules: ``model`` (what a valid configuration is),
 ``names`` (the kubelet's resource-name rules), ``errors`` (errors with file, line and key),
-``sections`` (one file), ``load`` (all files, merged), ``diff``, ``watch`` (file events).
+``sections`` (one file), ``probes`` (a resource's probe table), ``selectors`` (label
+selectors, as apimachinery parses them), ``cluster`` (cluster-scoped resources and leader
+election), ``load`` (all files, merged), ``diff``, ``watch`` (file events).
 
 Everything here is pure apart from reading the files, so the agent can load a new configuration,
 reject it with an operator-readable ConfigError, or diff it against the running one before
@@ -25,12 +27,22 @@ The format (the main file and every drop-in share it)::
 
     [resources."example.com/dongle"]
     count = 4
-    advertise = "node-status"              # optional; default "device-plugin"
+    advertise = "node-status"              # optional; default "device-plugin"; or "dra"
 
-    [kubernetes]                           # API access, for node-status resources only
+    [resources."example.com/seat"]
+    count = 20
+    advertise = "dra"
+    scope = "cluster"                      # optional; default "node": each node its own count
+    nodes = "license-zone in (a,b),!spot"  # optional, cluster scope only: a label selector
+
+    [kubernetes]                           # API access, for node-status and DRA resources
     kubeconfig = "/etc/kubernetes/kubelet.conf"   # or in_cluster = true
     node_name = "node-1"                   # default: the host name, lower-cased
     resync_seconds = 30                    # how often the Node is re-read and put right
+    lease_duration_seconds = 15            # the cluster pools' publishers' leader election,
+    renew_deadline_seconds = 10            # client-go's meaning, defaults and rule:
+    retry_period_seconds = 2               # lease_duration > renew_deadline > 1.2 * retry
+    lease_namespace = "token-resource"     # default: the pod's namespace, else this
 
     [metrics]                              # Prometheus metrics; both off by default
     textfile = "/var/lib/prometheus/node-exporter/token-resource.prom"  # node_exporter's

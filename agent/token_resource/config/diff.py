@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from token_resource.config.model import Config, ProbeSpec, ResourceSpec
+from token_resource.config.errors import quote
+from token_resource.config.model import Config, NodeSelection, ProbeSpec, ResourceSpec
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,19 @@ def describe_change(old: ResourceSpec, new: ResourceSpec) -> str:
             ("count", old.count, new.count),
             ("env", old.env, new.env),
             ("advertise", old.advertise, new.advertise),
+            ("scope", old.scope, new.scope),
+            ("nodes", describe_nodes(old.nodes), describe_nodes(new.nodes)),
         )
         if before != after
     ]
     if old.probe != new.probe:
         parts.append(f"probe {describe_probe(old.probe)} → {describe_probe(new.probe)}")
     return ", ".join(parts) if parts else "unchanged"
+
+
+def describe_nodes(nodes: NodeSelection | None) -> str:
+    """A cluster pool's nodes as written, e.g. '"site in (a,b)"', or 'all'."""
+    return "all" if nodes is None else quote(nodes.text)
 
 
 def describe_probe(probe: ProbeSpec | None) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from token_resource.config import cluster
 from token_resource.config.errors import (
     ConfigError,
     Invalid,
@@ -26,6 +27,7 @@ from token_resource.config.model import (
     DRA,
     MAX_DRA_COUNT,
     MODES_WITH_ENV,
+    NODE_SCOPE,
     AgentSettings,
     Config,
     DraSettings,
@@ -153,6 +155,7 @@ def _validate(
         return Validation(None, tuple(errors))
     agent: dict[str, Any] = {}
     kubernetes: dict[str, Any] = {}
+    kubernetes_origins: dict[str, Path] = {}
     metrics: dict[str, Any] = {}
     dra: dict[str, Any] = {}
     # Per resource, each key a file set: (value, that file); and the last file to mention it.
@@ -164,6 +167,7 @@ def _validate(
         kubernetes_table |= document.kubernetes_table
         agent.update(document.agent)
         kubernetes.update(document.kubernetes)
+        kubernetes_origins.update(dict.fromkeys(document.kubernetes, path))
         metrics.update(document.metrics)
         dra.update(document.dra)
         for name, keys in document.resources.items():
@@ -189,6 +193,11 @@ def _validate(
         errors.append(
             ConfigError("set either kubeconfig or in_cluster = true, not both", key="kubernetes")
         )
+    lease_error = cluster.lease_timing_error(
+        kubernetes, kubernetes_origins, [path for path, _ in documents], texts
+    )
+    if lease_error is not None:
+        errors.append(lease_error)
     if errors:
         return Validation(None, tuple(errors))
     config = Config(
@@ -284,7 +293,15 @@ def _build_resource(
         )
         located_at = (*key_path, "probe", "taint_effect")
         raise located(Invalid(located_at, reason), probe_file, texts[probe_file])
-    return ResourceSpec(name, count, env, source, advertise, origins, probe)
+    try:
+        cluster.check_resource(settings, advertise, probe)
+    except Invalid as error:
+        offending_file = origins[error.key_path[0]]
+        problem = Invalid((*key_path, *error.key_path), error.reason)
+        raise located(problem, offending_file, texts[offending_file]) from None
+    scope = settings["scope"][0] if "scope" in settings else NODE_SCOPE
+    nodes = settings["nodes"][0] if "nodes" in settings else None
+    return ResourceSpec(name, count, env, source, advertise, origins, probe, scope, nodes)
 
 
 def _env_collisions(

@@ -8,13 +8,17 @@ import re
 from token_resource.config.errors import quote
 
 _DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+DNS_LABEL = re.compile(_DNS_LABEL)
+MAX_DNS_LABEL_LENGTH = 63
 DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
-_NAME_PART = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_MAX_NAME_PART_LENGTH = 63
+MAX_DNS_SUBDOMAIN_LENGTH = 253
+# A qualified name's name part, which is also what a label key's name and a label value are.
+NAME_PART = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+MAX_NAME_PART_LENGTH = 63
 # The kubelet also requires "requests." + name to be a valid qualified name (the resource's
 # quota key), which leaves the domain 9 characters short of a DNS subdomain's 253.
 _QUOTA_PREFIX = "requests."
-_MAX_DOMAIN_LENGTH = 253 - len(_QUOTA_PREFIX)
+_MAX_DOMAIN_LENGTH = MAX_DNS_SUBDOMAIN_LENGTH - len(_QUOTA_PREFIX)
 # The kubelet treats any name containing "kubernetes.io/" as a native resource.
 _RESERVED_DOMAIN_SUFFIX = "kubernetes.io"
 # A resource of count N has the tokens token-0 .. token-<N-1>: device IDs for the kubelet,
@@ -59,9 +63,9 @@ def _domain_problem(domain: str) -> str | None:
 def _name_part_problem(part: str) -> str | None:
     if not part:
         return 'the name after "/" is empty'
-    if len(part) > _MAX_NAME_PART_LENGTH:
-        return f'the name after "/" is longer than {_MAX_NAME_PART_LENGTH} characters'
-    if not _NAME_PART.fullmatch(part):
+    if len(part) > MAX_NAME_PART_LENGTH:
+        return f'the name after "/" is longer than {MAX_NAME_PART_LENGTH} characters'
+    if not NAME_PART.fullmatch(part):
         return (
             f"the name after \"/\" ({quote(part)}) must consist of letters, digits, '-', '_'"
             " and '.', starting and ending with a letter or digit"

@@ -63,9 +63,11 @@ def parse_probe(value: object, key_path: tuple[str, ...]) -> ProbeSpec:
         "target": _TARGETS[kind](value[kind], (*key_path, kind)),
     }
     if "interval" in value:
-        settings["interval"] = _seconds(value, "interval", MIN_INTERVAL, MAX_INTERVAL, key_path)
+        settings["interval"] = parse_seconds(
+            value, "interval", MIN_INTERVAL, MAX_INTERVAL, key_path
+        )
     if "timeout" in value:
-        settings["timeout"] = _seconds(value, "timeout", 0.0, MAX_TIMEOUT, key_path)
+        settings["timeout"] = parse_seconds(value, "timeout", 0.0, MAX_TIMEOUT, key_path)
     for key in ("failure_threshold", "success_threshold"):
         if key in value:
             settings[key] = _threshold(value[key], (*key_path, key))
@@ -135,7 +137,7 @@ def _path(value: object, key_path: tuple[str, ...]) -> str:
 _TARGETS = {COMMAND: _command, TCP: _tcp, HTTP: _http, PATH: _path}
 
 
-def _seconds(
+def parse_seconds(
     table: Mapping[str, Any], key: str, low: float, high: float, key_path: tuple[str, ...]
 ) -> float:
     """A number of seconds from ``low`` (or, for 0, just above it) to ``high``."""

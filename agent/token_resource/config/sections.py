@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from token_resource._compat import tomllib
+from token_resource.config import cluster
 from token_resource.config.errors import ConfigError, Invalid, describe_value, located, quote
 from token_resource.config.model import (
     ADVERTISE_MODES,
@@ -30,10 +31,12 @@ from token_resource.config.probes import parse_probe
 # Allowed keys per section: a new setting starts here.
 TOP_LEVEL_KEYS = frozenset({"agent", "resources", "kubernetes", "metrics", "dra"})
 AGENT_KEYS = frozenset({"device_plugin_dir", "pod_resources_socket"})
-RESOURCE_KEYS = frozenset({"count", "env", "advertise", "probe"})
+RESOURCE_KEYS = frozenset({"count", "env", "advertise", "probe", *cluster.RESOURCE_KEYS})
 # In a resource's table, alone: takes away what earlier files defined.
 REMOVE_KEY = "remove"
-KUBERNETES_KEYS = frozenset({"kubeconfig", "in_cluster", "node_name", "resync_seconds"})
+KUBERNETES_KEYS = frozenset(
+    {"kubeconfig", "in_cluster", "node_name", "resync_seconds", *cluster.KUBERNETES_KEYS}
+)
 METRICS_KEYS = frozenset({"textfile", "listen"})
 DRA_KEYS = frozenset({"driver", "plugins_registry_dir", "plugins_dir", "cdi_dir"})
 # A ResourceSlice's spec.driver: a DNS subdomain of at most 63 characters.
@@ -242,6 +245,7 @@ def _parse_kubernetes(table: Mapping[str, Any]) -> dict[str, Any]:
                 f"{MAX_RESYNC_SECONDS:g}, got {describe_value(seconds)}",
             )
         settings["resync_seconds"] = float(seconds)
+    settings.update(cluster.parse_kubernetes_keys(table))
     return settings
 
 
@@ -287,6 +291,7 @@ def _parse_resource(name: str, value: object) -> Mapping[str, Any] | None:
         keys["env"] = _parse_env(value["env"], (*key_path, "env"))
     if "probe" in value:
         keys["probe"] = parse_probe(value["probe"], (*key_path, "probe"))
+    keys.update(cluster.parse_resource_keys(value, key_path))
     return keys
 
 
