@@ -101,8 +101,10 @@ class NotifySocket:
 class AgentProcess:
     """``token-resource run`` as a real process, with its config file, log and notify socket."""
 
-    def __init__(self, workdir: Path, device_plugin_dir: Path) -> None:
+    def __init__(self, workdir: Path, device_plugin_dir: Path, role: str | None = None) -> None:
+        """``role``: run's --role (None: the default, a node's agent)."""
         self.workdir = workdir
+        self.role = role
         self.device_plugin_dir = device_plugin_dir
         self.config_path = workdir / "token-resource.toml"
         self.dropin_dir = workdir / "token-resource.d"
@@ -151,9 +153,13 @@ class AgentProcess:
     def _options(self, command: str) -> list[str]:
         config = ["--config", str(self.config_path)]
         control = ["--control-socket", str(self.control_socket)]
-        return {"run": config + control, "check": config, "reload": control, "status": control}.get(
-            command, []
-        )
+        role = ["--role", self.role] if self.role else []
+        return {
+            "run": config + control + role,
+            "check": config,
+            "reload": control,
+            "status": control,
+        }.get(command, [])
 
     def signal(self, signum: int) -> None:
         assert self.process is not None

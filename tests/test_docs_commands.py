@@ -38,6 +38,7 @@ OPTION_VALUES = {
     "--kubeconfig": "/etc/kubernetes/kubelet.conf",
     "--node": "node-1",
     "--timeout": "30",
+    "--role": "publisher",
 }
 POSITIONAL_VALUES = {"NAME=COUNT": "example.com/token=2", "NAME": "example.com/token"}
 

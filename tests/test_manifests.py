@@ -50,18 +50,20 @@ POOLS = "overlays/node-pools"
 METRICS = "overlays/metrics"
 DEMO = "examples/token-demo"
 DRA_OVERLAY = "overlays/dra"
+NODE_STATUS_OVERLAY = "overlays/node-status"
 # The DaemonSet's ServiceAccount as the API server names it.
 ACCOUNT = "system:serviceaccount:token-resource:token-resource"
 # Every kustomization a user is told to apply.
-KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, METRICS, DEMO, DRA_OVERLAY)
+KUSTOMIZATIONS = (BASE, EXAMPLE, POOLS, METRICS, DEMO, DRA_OVERLAY, NODE_STATUS_OVERLAY)
 
 # The oldest Kubernetes whose schemas the manifests must pass (DaemonSet maxSurge and seccomp
 # fields are long GA there), and the newest whose schemas kubernetes-validate ships.
 OLDEST_KUBERNETES = "1.27"
 NEWEST_KUBERNETES = ".".join(kubernetes_validate.latest_version().split(".")[:2])
 SCHEMA_VERSIONS = (OLDEST_KUBERNETES, NEWEST_KUBERNETES)
-# Where a kustomization needs a newer Kubernetes: DRA's resource.k8s.io/v1 is 1.34's.
-OLDEST_FOR = {DRA_OVERLAY: "1.34"}
+# Where a kustomization needs a newer Kubernetes: DRA's resource.k8s.io/v1 is 1.34's, the
+# ValidatingAdmissionPolicy of admissionregistration.k8s.io/v1 1.30's.
+OLDEST_FOR = {DRA_OVERLAY: "1.34", NODE_STATUS_OVERLAY: "1.30"}
 
 CONFIG_DIR = "/etc/token-resource"
 CONFIG_FILE = f"{CONFIG_DIR}/token-resource.toml"
@@ -580,14 +582,15 @@ def test_every_daemonset_runs_the_agent_on_its_configmap_and_probes_its_control_
         assert config.agent.device_plugin_dir == DEFAULT_DEVICE_PLUGIN_DIR, kustomization
         assert config.resources, kustomization
         # Every agent reads its Node's kubeletVersion (for rollouts) with the pod's
-        # ServiceAccount, which rbac.yaml allows; node-status is not set up.
+        # ServiceAccount, which rbac.yaml allows.
         spec = daemon_set["spec"]["template"]["spec"]
         assert config.uses_api_server, kustomization
         assert config.kubernetes.in_cluster, kustomization
         assert spec["automountServiceAccountToken"] is True, kustomization
         kind_of(objects, "ServiceAccount", spec["serviceAccountName"])
-        # No node-status resources: the pods get no credentials that could write a Node.
-        assert "node-status" not in {spec.advertise for spec in config.resources.values()}
+        # Node-status resources only where the pods' account may write their Node.
+        modes = {spec.advertise for spec in config.resources.values()}
+        assert ("node-status" in modes) == (kustomization == NODE_STATUS_OVERLAY), kustomization
 
 
 def test_a_normal_start_fails_no_probe() -> None:
@@ -789,7 +792,7 @@ def granted(objects: list[Object], account: Object) -> dict[tuple[str, str], set
 
 def test_every_agent_may_read_nodes_and_nothing_more() -> None:
     for kustomization, objects, daemon_set in daemon_sets():
-        if kustomization == DRA_OVERLAY:
+        if kustomization in (DRA_OVERLAY, NODE_STATUS_OVERLAY):
             continue
         spec = daemon_set["spec"]["template"]["spec"]
         account = kind_of(objects, "ServiceAccount", spec["serviceAccountName"])

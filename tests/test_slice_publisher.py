@@ -18,14 +18,16 @@ from token_resource.apiserver import credentials
 from token_resource.apiserver.client import ApiClient, Credentials, KubeError
 from token_resource.apiserver.credentials import load_credentials
 from token_resource.apiserver.keeper import FIRST_RETRY_DELAY
-from token_resource.apiserver.publisher import PoolWanted, SlicePublisher, sync_slices
+from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
 from token_resource.apiserver.slices import (
     SLICES_PATH,
     Pool,
+    cluster_placement,
     cluster_pool_name,
+    node_placement,
     pool_name,
-    slice_name,
 )
+from token_resource.apiserver.slicesync import SliceScope, sync_slices
 from token_resource.config.model import KubernetesSettings
 
 NODE = "node-a"
@@ -146,7 +148,7 @@ def test_a_stop_while_the_watch_thread_sees_its_close_stops_the_publisher(
     settings = KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE, resync_seconds=30)
     reading, released = threading.Event(), threading.Event()
 
-    def slow_to_see_the_close(events: object, driver: str) -> None:
+    def slow_to_see_the_close(events: object, driver: str, cluster: bool) -> None:
         reading.set()
         released.wait(20)
 
@@ -171,7 +173,7 @@ def test_a_stop_while_the_watch_thread_sees_its_close_stops_the_publisher(
 
 
 def test_a_sync_never_changes_a_cluster_pools_slices_of_its_driver(
-    apiserver: ApiServerStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    apiserver: ApiServerStandin, tmp_path: Path
 ) -> None:
     """The node's sync rewrites and deletes its node's slices of the driver only: a cluster
     pool's (``allNodes``, no ``nodeName``) is the elected publisher's, even when the list
@@ -182,18 +184,17 @@ def test_a_sync_never_changes_a_cluster_pools_slices_of_its_driver(
         node_name=NODE,
     )
     cluster = cluster_slice(DRIVER, TOKEN, 2)
+    everything = SliceScope("", f"node {NODE}", cluster=False, owner=lambda client: None)
 
-    def everything(client: ApiClient, node: str) -> tuple[list[dict[str, Any]], str]:
-        listing = client.get(SLICES_PATH)
-        return listing["items"], listing["metadata"]["resourceVersion"]
+    def node_pool(count: int) -> Pool:
+        return Pool(DRIVER, pool_name(NODE, TOKEN), node_placement(NODE), TOKEN, count)
 
-    monkeypatch.setattr("token_resource.apiserver.publisher._list", everything)
     with ApiClient(load_credentials(admin)) as client:
         client.create(SLICES_PATH, cluster)
         for count in (3, 4):
-            sync_slices(client, NODE, DRIVER, [Pool(DRIVER, NODE, TOKEN, count)], {})
+            sync_slices(client, everything, DRIVER, [node_pool(count)], {})
             assert pool_size(apiserver.snapshot()) == count
-        sync_slices(client, NODE, DRIVER, [], {})  # the node's pool goes, and only it
+        sync_slices(client, everything, DRIVER, [], {})  # the node's pool goes, and only it
     assert pool_size(apiserver.snapshot()) is None
     [kept] = apiserver.snapshot().slices_of(driver=DRIVER)
     assert (kept["spec"]["pool"], kept["metadata"]["generation"]) == (cluster["spec"]["pool"], 1)
@@ -201,10 +202,7 @@ def test_a_sync_never_changes_a_cluster_pools_slices_of_its_driver(
 
 def cluster_slice(driver: str, resource: str, count: int) -> dict[str, Any]:
     """The one slice of a cluster pool of ``count`` tokens, for every node (``allNodes``), as
-    the elected publisher writes it; made from a node's pool (the devices are the same)."""
-    [made] = Pool(driver, "-", resource, count).slices(1)
-    pool = cluster_pool_name(resource)
-    del made["spec"]["nodeName"]
-    made["metadata"]["name"] = slice_name(driver, pool, 0)
-    made["spec"].update(allNodes=True, pool={**made["spec"]["pool"], "name": pool})
+    the elected publisher writes it."""
+    pool = Pool(driver, cluster_pool_name(resource), cluster_placement(None), resource, count)
+    [made] = pool.slices(1)
     return made

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from token_resource.config.model import MAX_COUNT
-from token_resource.config.names import token_id
+from token_resource.config.names import token_id, token_index
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
-from token_resource.kubelet.tokens import AllocationError, TokenPool, in_token_order, token_index
+from token_resource.kubelet.tokens import AllocationError, TokenPool, in_token_order
 from token_resource.protocol.deviceplugin import HEALTHY, MAX_MESSAGE_BYTES, UNHEALTHY
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from token_resource.agent import wind_down
+from token_resource.host.winddown import wind_down
 
 
 def test_a_task_still_pending_at_the_end_is_let_finish() -> None:

@@ -18,9 +18,16 @@ from typing import TYPE_CHECKING, Any
 from token_resource.apiserver.nodestatus import NodeStatusAdvertiser
 from token_resource.config.diff import ConfigDiff, describe_diff, diff_configs
 from token_resource.config.errors import ConfigError
+from token_resource.config.follow import ConfigFollower
 from token_resource.config.load import load_reload
-from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, Config
-from token_resource.config.watch import DISAPPEARED_SETTLE_SECONDS, ConfigPaths
+from token_resource.config.model import (
+    DEVICE_PLUGIN,
+    DRA,
+    NODE_SCOPE,
+    NODE_STATUS,
+    Config,
+    ResourceSpec,
+)
 from token_resource.dra.driver import DraDriver
 from token_resource.dra.prepared import claims_on_record
 from token_resource.health.monitor import HealthMonitor
@@ -28,6 +35,7 @@ from token_resource.health.state import TokenHealth
 from token_resource.host.control import Answer, ControlServer
 from token_resource.host.fswatch import DirectoryWatcher, FileEvent
 from token_resource.host.notify import SystemdNotifier
+from token_resource.host.winddown import wind_down
 from token_resource.instances import Placement
 from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.kubelet.reconciler import Reconciler
@@ -69,8 +77,6 @@ class Agent:
             dra=config.dra,
         )
         self._config_path = config_path
-        self._config_paths = ConfigPaths(config_path)
-        self._config_dirs: set[Path] = set()
         self._notifier = notifier
         self._control = ControlServer(control_socket, self._on_control)
         self._observer: Observer = NullObserver()
@@ -90,6 +96,12 @@ class Agent:
             self._observer,
             self._watcher.watch,
         )
+        self._follower = ConfigFollower(
+            config_path,
+            self._watcher,
+            lambda: self._spawn(self.reload("file changed")),
+            self._reconciler.directories,
+        )
         # Tokens in use per resource, from the latest read of the kubelet's PodResources API
         # (for the STATUS= line); None when the last read failed or none was made yet.
         self._in_use: dict[str, int] | None = None
@@ -101,32 +113,26 @@ class Agent:
         self._readvertising = False
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
-        self._pending_reload: asyncio.TimerHandle | None = None
         self._pending_status: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[object]] = set()
         self._last_error: str | None = None
         self._place = Placement(config.agent.device_plugin_dir)
+        # What the journal says the agent does as it stops.
+        self._stopping = "removing sockets"
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then remove every socket of ours."""
         loop = asyncio.get_running_loop()
-        directory = self._config.agent.device_plugin_dir
-        directory.mkdir(parents=True, exist_ok=True)
-        await self._place.plan(self._initial)
         try:
             await self._control.start()
             self._install_signal_handlers(loop)
             # Reloads wait too: nothing is served before the agent has its place.
             async with self._reload_lock:
-                if not await self._place.take(self._stop):
+                if not await self._take_place():
                     return
-            self._reconciler.name_sockets_after(self._place.instance)
-            # Beside another instance, the live sockets there are the other's.
-            remove_stale_sockets(directory, only_dead=not self._place.alone)
             # Before any plugin registers: a listen address in use ends the start at once.
             self._start_exposition()
-            self._reconciler.watch_directories()
-            self._watch_config()
+            self._follower.refresh()
             self._watcher.start()
             # Under the reload lock, as every apply: a probe's first check may end
             # meanwhile, and its change of health is advertised once this is done.
@@ -142,10 +148,24 @@ class Agent:
                 self._spawn(self._ping_watchdog(self._notifier.watchdog_interval))
             await self._stop.wait()
             self._notifier.stopping()
-            log.info("stopping: removing sockets")
+            log.info("stopping: %s", self._stopping)
         finally:
             await self._shut_down(loop)
             self._place.release()
+
+    async def _take_place(self) -> bool:
+        """Take the agent's place on the node (alone, or beside another instance of a
+        rollout); False when stopped while waiting for it."""
+        directory = self._config.agent.device_plugin_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        await self._place.plan(self._initial)
+        if not await self._place.take(self._stop):
+            return False
+        self._reconciler.name_sockets_after(self._place.instance)
+        # Beside another instance, the live sockets there are the other's.
+        remove_stale_sockets(directory, only_dead=not self._place.alone)
+        self._reconciler.watch_directories()
+        return True
 
     def _start_exposition(self) -> None:
         if self._exposition is None:
@@ -166,7 +186,7 @@ class Agent:
                 return await self._reload(trigger)
             finally:
                 # The files may now resolve through other links and directories.
-                self._watch_config()
+                self._follower.refresh()
                 self._notifier.ready(self._status())
 
     async def _reload(self, trigger: str) -> Answer:
@@ -179,9 +199,7 @@ class Agent:
             log.error("reload (%s) rejected, the previous configuration stays: %s", trigger, error)
             self._observer.config_applied(REJECTED, initial=False)
             return False, str(error)
-        problem, taken = self._place.admit(config)
-        if taken:  # the other instance has left; its sockets too, unless it was killed
-            remove_stale_sockets(self._config.agent.device_plugin_dir, only_dead=True)
+        problem = self._admit(config)
         if problem is not None:
             self._last_error = problem
             log.error("reload (%s) refused, the previous configuration stays: %s", trigger, problem)
@@ -196,12 +214,24 @@ class Agent:
             return False, "; ".join(failures)
         return True, described
 
+    def _admit(self, config: Config) -> str | None:
+        """Why a valid configuration cannot be served where the agent is, or None."""
+        problem, taken = self._place.admit(config)
+        if taken:  # the other instance has left; its sockets too, unless it was killed
+            remove_stale_sockets(self._config.agent.device_plugin_dir, only_dead=True)
+        return problem
+
     async def _apply(self, config: Config) -> tuple[ConfigDiff, list[str]]:
         """Probe what the configuration says to probe, then advertise it."""
-        self._monitor.apply(config.resources)
+        self._monitor.apply(self._probed(config))
         failures = await self._advertise(config)
         diff, self._config = diff_configs(self._config, config), config
         return diff, failures
+
+    def _probed(self, config: Config) -> Mapping[str, ResourceSpec]:
+        """The resources whose probes this agent runs: a node's, not the cluster pools' (the
+        publisher runs those)."""
+        return config.scoped(NODE_SCOPE).resources
 
     async def _advertise(self, config: Config) -> list[str]:
         """Hand each resource, with its tokens' health, to what advertises it: the device
@@ -256,51 +286,11 @@ class Agent:
         self._dra.apply(config.kubernetes, resources, health)
         return []
 
-    def _watch_config(self, renewed: Path | None = None) -> None:
-        """Watch the directories of every path the configuration resolves through now, and
-        ``renewed`` afresh (a directory re-created under the same name needs a new watch)."""
-        wanted = self._config_paths.refresh()
-        kept = self._reconciler.directories()
-        for directory in self._config_dirs - wanted - kept:
-            self._watcher.unwatch(directory)
-        for directory in sorted(wanted - kept):
-            if directory in self._config_dirs and directory != renewed:
-                continue
-            try:
-                self._watcher.watch(directory)
-            except OSError as error:
-                # Gone again, or not watchable: the reload says what is wrong with the files.
-                log.warning("cannot watch %s: %s", directory, error)
-                wanted.discard(directory)
-        self._config_dirs = wanted
-
     def _on_file_event(self, event: FileEvent) -> None:
         if event.kind in ("opened", "closed_no_write"):
             return
         self._reconciler.on_file_event(event)
-        if self._config_paths.concerns(event):
-            # A directory created or renamed into place under a watched name is a new one.
-            renewed = event.dest or event.path
-            appeared = event.is_directory and event.kind in ("created", "moved")
-            self._watch_config(renewed if appeared else None)
-            settle = self._config_paths.settle_delay(event)
-            if settle is not None:
-                self._reload_soon(settle)
-
-    def _reload_soon(self, settle: float) -> None:
-        """Reload after ``settle`` seconds; a later event within them starts the wait again,
-        except that a disappearance never postpones a reload already due: the old link or
-        file going away after a new one was renamed into place (a ConfigMap update) is no
-        reason to wait."""
-        if self._pending_reload is not None:
-            if settle == DISAPPEARED_SETTLE_SECONDS:
-                return
-            self._pending_reload.cancel()
-        self._pending_reload = asyncio.get_running_loop().call_later(settle, self._reload_now)
-
-    def _reload_now(self) -> None:
-        self._pending_reload = None
-        self._spawn(self.reload("file changed"))
+        self._follower.on_file_event(event)
 
     async def _on_control(self, command: str) -> Answer:
         if command == "reload":
@@ -383,15 +373,20 @@ class Agent:
             loop.remove_signal_handler(stop_signal)
         self._watcher.stop()
         await self._monitor.close()
-        for pending in (self._pending_reload, self._pending_status):
-            if pending is not None:
-                pending.cancel()
+        self._follower.cancel()
+        if self._pending_status is not None:
+            self._pending_status.cancel()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._control.close()
         if self._exposition is not None:
             await self._exposition.close()
+        await self._close_servers()
+        await wind_down(WIND_DOWN_SECONDS)
+
+    async def _close_servers(self) -> None:
+        """Stop serving the kubelet and the API server."""
         await self._reconciler.close()
         if self._place.alone:
             remove_subdirectory(self._config.agent.device_plugin_dir)
@@ -400,17 +395,3 @@ class Agent:
         if self._advertiser is not None:
             # The Node keeps its capacity: stopping or upgrading must not take tokens away.
             await self._advertiser.close()
-        await wind_down(WIND_DOWN_SECONDS)
-
-
-async def wind_down(timeout: float) -> None:
-    """Wait up to ``timeout`` seconds for every other task of the loop to end.
-
-    A gRPC server's stop() can return while the tasks in which grpc.aio ends its last calls
-    are still pending (a stream opened just as the agent stopped). asyncio.run() cancels what
-    is left when the agent's coroutine returns, and grpc.aio logs such a cancellation as
-    "Exception not handled by _handle_exceptions", with a traceback on stderr.
-    """
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        await asyncio.wait(others, timeout=timeout)

@@ -8,8 +8,9 @@ it everything, it asks nobody.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 
+from token_resource.apiserver.cluster_pools import ClusterPoolsState
 from token_resource.apiserver.keeper import ACCEPTED
 from token_resource.apiserver.nodestatus import NodeStatusState
 from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, ResourceSpec
@@ -20,6 +21,8 @@ from token_resource.kubelet.allocation import Allocation
 from token_resource.kubelet.reconciler import PluginState, PluginSummary
 from token_resource.observe.report import (
     ClaimReport,
+    ClusterPoolReport,
+    ClusterPoolsReport,
     DraReport,
     HealthReport,
     Holder,
@@ -194,3 +197,59 @@ def dra_report(dra: DraState | None) -> DraReport | None:
         tuple(ClaimReport(claim.namespace, claim.name, claim.pods) for claim in dra.prepared),
         dra.slices.taints,
     )
+
+
+def cluster_status_line(state: ClusterPoolsState | None, last_error: str | None) -> str:
+    """STATUS= of a publisher of cluster pools: whether it writes them, and what they hold."""
+    if state is None:
+        text = "no cluster pools configured"
+    else:
+        lease = state.lease
+        if lease.leading:
+            role = "publishing (holds the lease)"
+        else:
+            role = f"standing by (lease held by {lease.holder or 'nobody'})"
+        listed = ", ".join(f"{pool.resource}={pool.count}" for pool in state.pools[:STATUS_LISTED])
+        slices = state.state if state.reason is None else f"{state.state} ({state.reason})"
+        text = f"cluster pools of driver {state.driver}: {role}, slices {slices}"
+        text += f": {listed}" if listed else ""
+    if last_error:
+        text += f"; last reload rejected: {last_error[:_STATUS_ERROR_CHARS]}"
+    return text
+
+
+def cluster_pools_report(state: ClusterPoolsState | None) -> ClusterPoolsReport | None:
+    if state is None:
+        return None
+    lease = state.lease
+    return ClusterPoolsReport(
+        state.driver,
+        f"{lease.namespace}/{lease.name}",
+        lease.identity,
+        lease.holder,
+        lease.leading,
+        lease.transitions,
+        lease.error,
+        state.state,
+        state.reason,
+        tuple(ClusterPoolReport(**asdict(pool)) for pool in state.pools),
+    )
+
+
+def cluster_resource_reports(
+    resources: Mapping[str, ResourceSpec], probes: Mapping[str, ProbeReport]
+) -> list[ResourceReport]:
+    """A report per cluster-scoped resource, with its probe's health (the tokens' holders are
+    in the pools' report: allocated, cluster-wide)."""
+    return [
+        ResourceReport(
+            spec.name,
+            spec.count,
+            DRA,
+            None,
+            None,
+            health=_health_report(probes.get(spec.name), spec.count),
+        )
+        for spec in resources.values()
+        if spec.cluster_scoped
+    ]

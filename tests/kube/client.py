@@ -15,6 +15,7 @@ from tests.standin.apiserver.certificates import CertificateAuthority, KeyPair, 
 TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 _T = TypeVar("_T")
 
 

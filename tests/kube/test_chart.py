@@ -135,6 +135,49 @@ def test_the_dra_example(helm: Helm) -> None:
     ]
 
 
+NODE_STATUS_KINDS = [
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+]
+
+
+def test_the_node_status_example(helm: Helm) -> None:
+    """The overlay's RBAC and policy, named after the release and holding its own account; the
+    DaemonSet as for device plugins (nothing to mount)."""
+    objects = helm.objects([EXAMPLES / "node-status.yaml"], release="tr", namespace="infra")
+    assert sorted(item["kind"] for item in objects) == sorted(AGENT_KINDS + NODE_STATUS_KINDS)
+    (policy,) = [item for item in objects if item["kind"] == "ValidatingAdmissionPolicy"]
+    assert policy["metadata"]["name"] == "tr-token-resource-own-node-status"
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:infra:tr-token-resource"'
+    )
+    (binding,) = [item for item in objects if item["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    roles = by_key(item for item in objects if item["kind"] == "ClusterRole")
+    assert roles["ClusterRole", "", "tr-token-resource-node-status"]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ]
+    bindings = by_key(item for item in objects if item["kind"] == "ClusterRoleBinding")
+    assert bindings["ClusterRoleBinding", "", "tr-token-resource-node-status"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tr-token-resource", "namespace": "infra"}
+    ]
+    plain = daemonset(helm.objects([EXAMPLES / "example.yaml"], release="tr", namespace="infra"))
+    mounts = daemonset(objects)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert mounts == plain["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+
+
+def test_the_node_status_objects_only_when_asked(helm: Helm) -> None:
+    """No node-status resource, no permission to write a Node; nodeStatus.enabled keeps it
+    while the last of them leave the configuration."""
+    assert sorted(item["kind"] for item in helm.objects()) == AGENT_KINDS
+    kept = helm.objects(settings=["nodeStatus.enabled=true"])
+    assert sorted(item["kind"] for item in kept) == sorted(AGENT_KINDS + NODE_STATUS_KINDS)
+
+
 def test_device_class_names_follow_the_agents_rule(helm: Helm, tmp_path: Path) -> None:
     """Names that are no DNS label get the agent's digest, as device_class() makes them."""
     names = ["example.com/token", "example.com/Big_Token", "example.com/a.b", "example.com/-x-"]
@@ -186,9 +229,7 @@ REFUSALS = {
     "probes.liveness.periodSeconds=0": "at '/probes/liveness/periodSeconds': minimum: got 0",
     "nodeSelector.pool=1": "at '/nodeSelector/pool': got number, want string",
     "config.toml=[resources": "config: not valid TOML: toml: line 1",
-    "config.values.resources.example\\.com/dongle.advertise=node-status": (
-        'config: example.com/dongle has advertise = "node-status", which the chart does not set up'
-    ),
+    "nodeStatus.enabled=yes": "at '/nodeStatus/enabled': got string, want boolean",
     "metrics.podMonitor.enabled=true": (
         "metrics.serviceMonitor/podMonitor: the configuration has no [metrics] listen"
     ),
@@ -216,18 +257,22 @@ def test_both_config_forms_are_refused(helm: Helm) -> None:
     assert "set config.toml or config.values, not both" in done.stderr, done.stderr
 
 
-def test_dra_needs_kubernetes_1_34(helm: Helm) -> None:
-    done = helm.run(
-        "template",
-        "token-resource",
-        str(CHART),
-        "-f",
-        str(EXAMPLES / "dra.yaml"),
-        "--kube-version",
-        "1.33.0",
-    )
+# Each mode's oldest Kubernetes (DRA's resource.k8s.io/v1, the node-status policy's
+# admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy) and the release before it.
+OLDEST = {
+    "dra.yaml": ("1.34.0", "1.33.0", "DRA resources (example.com/token) need Kubernetes 1.34"),
+    "node-status.yaml": ("1.30.0", "1.29.0", "node-status resources need Kubernetes 1.30"),
+}
+
+
+@pytest.mark.parametrize("values", sorted(OLDEST))
+def test_a_mode_needs_its_kubernetes(helm: Helm, values: str) -> None:
+    oldest, older, refusal = OLDEST[values]
+    args = ["template", "token-resource", str(CHART), "-f", str(EXAMPLES / values)]
+    done = helm.run(*args, "--kube-version", older)
     assert done.returncode == 1
-    assert "DRA resources (example.com/token) need Kubernetes 1.34 or newer" in done.stderr
+    assert f"{refusal} or newer, not v{older}" in done.stderr, done.stderr
+    assert helm.run(*args, "--kube-version", oldest).returncode == 0
 
 
 def test_the_package_holds_the_overlays_files(helm: Helm, tmp_path: Path) -> None:
@@ -235,7 +280,8 @@ def test_the_package_holds_the_overlays_files(helm: Helm, tmp_path: Path) -> Non
     helm.output("package", str(CHART), "--destination", str(tmp_path))
     package = tmp_path / f"token-resource-{VERSION}.tgz"
     with tarfile.open(package) as archive:
-        admission = archive.extractfile("token-resource/files/dra-admission.yaml")
-        assert admission is not None
-        overlay = DEPLOY / "overlays" / "dra" / "admission.yaml"
-        assert admission.read().decode() == overlay.read_text()
+        for overlay in ("dra", "node-status"):
+            for name in ("admission.yaml", "rbac.yaml"):
+                packed = archive.extractfile(f"token-resource/files/{overlay}-{name}")
+                assert packed is not None
+                assert packed.read().decode() == (DEPLOY / "overlays" / overlay / name).read_text()

@@ -1,8 +1,9 @@
 """One source of truth: the Helm chart, given an example values file, renders the objects the
 matching kustomize overlay renders, field by field (the real helm and the real kubectl's
 kustomize). Both are kept: the overlays for `kubectl apply -k`, the chart for Helm; a change to
-one that the other lacks fails here. The DRA RBAC and admission policies are the overlay's own
-files in both (the chart reads them through files/, links into deploy/kubernetes)."""
+one that the other lacks fails here. The DRA and node-status RBAC and admission policies are the
+overlays' own files in both (the chart reads them through files/, links into
+deploy/kubernetes)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ CASES: dict[str, tuple[tuple[str, ...], str, tuple[Key, ...]]] = {
         (("Service", "token-resource", "token-resource-metrics"),),
     ),
     "dra": (("dra.yaml",), "overlays/dra", ()),
+    "node-status": (("node-status.yaml",), "overlays/node-status", ()),
 }
 NAMESPACE = ("Namespace", "", "token-resource")
 

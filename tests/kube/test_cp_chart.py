@@ -1,7 +1,7 @@
 """The Helm chart against the real 1.37 API server (tests/kube/controlplane.py): every object
-it renders for every example values file passes the server's validation, and the DRA
-example's admission policy, installed for a release of another name in another namespace,
-holds the release's account to its own node's ResourceSlices."""
+it renders for every example values file passes the server's validation, and the DRA and
+node-status examples' admission policies, installed for a release of another name in another
+namespace, hold the release's account to its own node's ResourceSlices and extended resources."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ import yaml
 from tests.kube.chart import CHART, EXAMPLES, Helm
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_cp_dra import SLICES, a_slice, slice_refused
+from tests.kube.test_cp_node_status import (
+    TOKEN,
+    capacity,
+    check_the_account_writes_only_its_nodes_extended_resources,
+    patch,
+)
 
 RELEASE, NAMESPACE = "tr-chart", "tr-chart"
 ACCOUNT = "tr-chart-token-resource"
@@ -97,3 +103,44 @@ def test_the_charts_admission_policy_holds_its_account_to_its_node(
     status, answer = account.request("POST", SLICES, a_slice(own, driver, "chart-a"))
     assert status == 201, answer
     control_plane.admin.delete(f"{SLICES}/chart-a")
+
+
+def test_the_charts_node_status_policy_holds_its_account_to_its_nodes_extended_resources(
+    control_plane: ControlPlane, helm: Helm, tmp_path: Path
+) -> None:
+    """The checks of the overlay's policy (test_cp_node_status.py), for the release's account;
+    then the NOTES' kubectl lines show the node's tokens."""
+    own, other = "chart-status-a", "chart-status-b"
+    for node in (own, other):
+        control_plane.add_node(node)
+    values = [EXAMPLES / "node-status.yaml"]
+    objects = rendered(helm, values, "namespace.create=true")
+    apply(control_plane, [item for item in objects if item["kind"] in ACCOUNT_KINDS])
+    token = control_plane.service_account_token(NAMESPACE, ACCOUNT, own)
+    account = control_plane.client(token=token)
+    check_the_account_writes_only_its_nodes_extended_resources(
+        control_plane, account, own, other, f"{ACCOUNT}-own-node-status"
+    )
+
+    assert (
+        patch(account, own, [capacity(TOKEN, "2"), capacity(TOKEN, "2", "allocatable")])[0] == 200
+    )
+    notes = helm.output(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        *(f"--values={path}" for path in values),
+    ).split("NOTES:", 1)[1]
+    queries = [
+        line.split("jsonpath=", 1)[1].strip("'")
+        for line in notes.splitlines()
+        if "kubectl get node NODE -o jsonpath=" in line
+    ]
+    shown = [
+        control_plane.kubectl("get", "node", own, "-o", f"jsonpath={query}") for query in queries
+    ]
+    assert shown[1:] == ["2", TOKEN], (queries, shown)
+    assert '"example.com/token":"2"' in shown[0], shown

@@ -15,6 +15,9 @@ takes no tokens away.
 Unhealthy tokens are tainted; the first write whose answer comes back without the taints it
 sent (an API server with DRADeviceTaints off) makes the publisher leave unhealthy tokens out
 of the pools instead, for as long as it runs, said once in the log and in its state.
+
+One sync is slicesync's; apiserver.cluster_pools keeps a driver's cluster pools the same way,
+with a scope of its own.
 """
 
 from __future__ import annotations
@@ -23,43 +26,42 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError, Watch
+from token_resource.apiserver.client import ApiClient, KubeError, Watch
 from token_resource.apiserver.credentials import load_credentials, node_name
 from token_resource.apiserver.keeper import Keeper
 from token_resource.apiserver.slices import (
-    API_VERSION,
     SLICES_PATH,
     Pool,
-    generation_of,
-    matches,
     node_owner,
-    taints_kept,
+    node_placement,
+    pool_name,
 )
-from token_resource.config.model import NO_SCHEDULE, KubernetesSettings
+from token_resource.apiserver.slicesync import (
+    SliceScope,
+    TaintsDropped,
+    list_slices,
+    of_scope,
+    sync_slices,
+)
+from token_resource.config.model import NO_SCHEDULE, KubernetesSettings, NodeSelection
 
 log = logging.getLogger(__name__)
-
-NOT_FOUND = 404
-# Said when the API server has no resource.k8s.io/v1: DRA went GA in 1.34, and unchanged pods
-# (a DeviceClass's extendedResourceName) are served from it since 1.36.
-NO_DRA = (
-    f"the API server does not serve {API_VERSION}: DRA resources need Kubernetes 1.34 or newer "
-    "(and 1.36 or newer for unchanged pods asking for the resource by its name)"
-)
 
 
 @dataclass(frozen=True)
 class PoolWanted:
-    """A resource's pool as wanted: its tokens, the unhealthy ones and their taint's effect."""
+    """A resource's pool as wanted: its tokens, the unhealthy ones and their taint's effect;
+    for a cluster pool, the nodes it is for (None: all)."""
 
     count: int
     unhealthy: frozenset[int] = frozenset()
     effect: str = NO_SCHEDULE
+    nodes: NodeSelection | None = None
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,6 @@ class Wanted:
     settings: KubernetesSettings
     driver: str
     pools: Mapping[str, PoolWanted]  # by resource name
-
-
-class TaintsDropped(Exception):
-    """The API server dropped the taints of a slice it was sent."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +112,8 @@ class SlicePublisher(Keeper[Wanted]):
         self._generations: dict[str, int] = {}
         # The resourceVersion of the last sync's list: the watch starts there.
         self._list_version = ""
+        # Pools to write as a new generation even if they hold what they should.
+        self._rewrite: set[str] = set()
 
     def apply(
         self, settings: KubernetesSettings, driver: str, pools: Mapping[str, PoolWanted]
@@ -142,24 +142,48 @@ class SlicePublisher(Keeper[Wanted]):
     def _pools(self, wanted: Wanted) -> list[Pool]:
         node = node_name(wanted.settings)
         return [
-            Pool(wanted.driver, node, name, pool.count, pool.unhealthy, pool.effect, self._taints)
-            for name, pool in sorted(wanted.pools.items())
+            Pool(
+                wanted.driver,
+                pool_name(node, resource),
+                node_placement(node),
+                resource,
+                pool.count,
+                pool.unhealthy,
+                pool.effect,
+                self._taints,
+            )
+            for resource, pool in sorted(wanted.pools.items())
         ]
 
-    def _sync(self, wanted: Wanted) -> None:
+    def _scope(self, wanted: Wanted) -> SliceScope:
+        """Which slices are this publisher's to keep: its node's."""
         node = node_name(wanted.settings)
+
+        def owner(client: ApiClient) -> dict[str, Any]:
+            return node_owner(client.get(f"/api/v1/nodes/{quote(node, safe='')}"))
+
+        return SliceScope(f"spec.nodeName={node}", f"node {node}", cluster=False, owner=owner)
+
+    def _sync(self, wanted: Wanted) -> None:
+        scope = self._scope(wanted)
         with ApiClient(load_credentials(wanted.settings)) as client:
-            newer = self._superseded()
-            if newer != self._yielded_to:
-                self._yielded_to = newer
-                if newer is not None:
-                    log.info("resource slices: left to the newer instance at %s", newer)
-            if newer is not None:
-                self._list_version = _list(client, node)[1]
+            other = self._superseded()
+            if other != self._yielded_to:
+                self._yielded_to = other
+                if other is not None:
+                    log.info("resource slices: left to %s", other)
+            if other is not None:
+                self._list_version = list_slices(client, scope)[1]
                 return
             try:
                 self._list_version = sync_slices(
-                    client, node, wanted.driver, self._pools(wanted), self._generations
+                    client,
+                    scope,
+                    wanted.driver,
+                    self._pools(wanted),
+                    self._generations,
+                    self._rewrite,
+                    may_write=lambda: self._superseded() is None,
                 )
             except TaintsDropped:
                 self._taints = False
@@ -174,9 +198,10 @@ class SlicePublisher(Keeper[Wanted]):
         """Watch the node's slices until one of the driver's changes, the watch ends, or
         something else is wanted."""
         client = ApiClient(load_credentials(wanted.settings))
+        scope = self._scope(wanted)
         query = urlencode(
             {
-                "fieldSelector": f"spec.nodeName={node_name(wanted.settings)}",
+                "fieldSelector": scope.field_selector,
                 "watch": "true",
                 "resourceVersion": self._list_version,
                 "timeoutSeconds": str(int(wanted.settings.resync_seconds)),
@@ -193,7 +218,7 @@ class SlicePublisher(Keeper[Wanted]):
             opening.abandon()
             raise
         changed = asyncio.ensure_future(
-            asyncio.to_thread(_until_changed, watch.events(), wanted.driver)
+            asyncio.to_thread(_until_changed, watch.events(), wanted.driver, scope.cluster)
         )
         woken = asyncio.ensure_future(self._wake.wait())
         try:
@@ -236,118 +261,17 @@ class _Opening:
                 self._watch.close()
 
 
-def _until_changed(events: Any, driver: str) -> str | None:
-    """Read watch events until one concerns the driver's slices; what happened, or None when
-    the watch ended."""
+def _until_changed(events: Any, driver: str, cluster: bool) -> str | None:
+    """Read watch events until one concerns the driver's slices of the scope (cluster or
+    node); what happened, or None when the watch ended."""
     for event in events:
         kind = event.get("type")
         item = event.get("object") or {}
         if kind == "ERROR":
             return f"the watch ended: {item.get('message', item)}"
-        if (
-            kind in ("ADDED", "MODIFIED", "DELETED")
-            and (item.get("spec") or {}).get("driver") == driver
+        if kind in ("ADDED", "MODIFIED", "DELETED") and of_scope(
+            item.get("spec") or {}, driver, cluster
         ):
             name = (item.get("metadata") or {}).get("name")
             return f"slice {name} {kind.lower()}"
     return None
-
-
-# Each write is checked by a new list; a node whose slices keep changing under the agent
-# (another writer) is a failure, retried with backoff, not a busy loop.
-_MAX_ROUNDS = 3
-
-
-def sync_slices(
-    client: ApiClient,
-    node: str,
-    driver: str,
-    pools: Sequence[Pool],
-    generations: dict[str, int],
-) -> str:
-    """Make the node's slices of ``driver`` exactly ``pools``; the resourceVersion of a list
-    that showed them so, to watch from. Blocking; KubeError when the API server cannot or will
-    not. A slice deleted between a write and that list is seen by that list, and anything
-    later by the watch: nothing falls between the two."""
-    owner: dict[str, Any] | None = None
-    for _ in range(_MAX_ROUNDS):
-        items, version = _list(client, node)
-        stored: dict[str, list[dict[str, Any]]] = {}
-        for item in items:
-            spec = item.get("spec") or {}
-            # The node's slices only, whatever the list held: a cluster pool's slices (no
-            # nodeName) are the elected publisher's, never the node's to rewrite or delete.
-            if spec.get("driver") == driver and spec.get("nodeName") == node:
-                stored.setdefault(str((spec.get("pool") or {}).get("name")), []).append(item)
-        stale = [
-            pool for pool in pools if not _published(stored.get(pool.name, []), pool, generations)
-        ]
-        if not stale and stored.keys() <= {pool.name for pool in pools}:
-            return version
-        if owner is None:
-            owner = node_owner(client.get(f"/api/v1/nodes/{quote(node, safe='')}"))
-        for pool in stale:
-            present = stored.get(pool.name, [])
-            generation = max(generation_of(present), generations.get(pool.name, 0)) + 1
-            _write(client, present, pool.slices(generation, owner))
-            generations[pool.name] = generation
-            log.info(
-                "resource slices: pool %s: %d token(s), generation %d",
-                pool.name,
-                pool.count,
-                generation,
-            )
-        for name in stored.keys() - {pool.name for pool in pools}:
-            _write(client, stored[name], [])
-            generations.pop(name, None)
-            log.info("resource slices: pool %s removed (no longer configured)", name)
-    raise KubeError(f"the resource slices of node {node} kept changing while being written")
-
-
-def _published(
-    present: Sequence[Mapping[str, Any]], pool: Pool, generations: dict[str, int]
-) -> bool:
-    """Whether ``present`` are exactly the pool's slices at their generation (noted, so that
-    a rewrite gets a newer one)."""
-    generation = max(generation_of(present), generations.get(pool.name, 0))
-    if present and matches(present, pool.slices(generation)):
-        generations[pool.name] = generation
-        return True
-    return False
-
-
-def _list(client: ApiClient, node: str) -> tuple[list[dict[str, Any]], str]:
-    query = urlencode({"fieldSelector": f"spec.nodeName={node}"})
-    try:
-        listing = client.get(f"{SLICES_PATH}?{query}")
-    except ApiError as error:
-        if error.status == NOT_FOUND:
-            raise KubeError(NO_DRA) from None
-        raise
-    items = [item for item in listing.get("items") or [] if isinstance(item, dict)]
-    return items, str((listing.get("metadata") or {}).get("resourceVersion", ""))
-
-
-def _write(
-    client: ApiClient, present: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]
-) -> None:
-    """Replace the slices ``present`` by ``wanted``: update those of the same name, create the
-    others, delete what is left. TaintsDropped if the API server did not keep the taints."""
-    by_name = {str((item.get("metadata") or {}).get("name")): item for item in present}
-    for item in wanted:
-        name = item["metadata"]["name"]
-        old = by_name.pop(name, None)
-        if old is None:
-            stored = client.create(SLICES_PATH, item)
-        else:
-            version = (old.get("metadata") or {}).get("resourceVersion")
-            replacement = {**item, "metadata": {**item["metadata"], "resourceVersion": version}}
-            stored = client.replace(f"{SLICES_PATH}/{quote(name, safe='')}", replacement)
-        if not taints_kept(item, stored):
-            raise TaintsDropped(name)
-    for name in by_name:
-        try:
-            client.delete(f"{SLICES_PATH}/{quote(name, safe='')}")
-        except ApiError as error:
-            if error.status != NOT_FOUND:  # gone meanwhile is as good as deleted
-                raise

@@ -1,4 +1,5 @@
-"""The ResourceSlices of a node's DRA resources: one pool per resource, its tokens as devices.
+"""The ResourceSlices of DRA resources: one pool per resource, its tokens as devices; a node's
+pool is bound to its node (``nodeName``), a cluster pool to every node or a selection of them.
 
 Pure: what the slices of a pool should hold, and whether the ones the API server holds are
 exactly that. A pool is written out in slices of at most 128 devices (64 when any device has a
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from token_resource.config.model import DEVICES_PER_SLICE, NO_SCHEDULE
+from token_resource.config.model import DEVICES_PER_SLICE, NO_SCHEDULE, NodeSelection
 from token_resource.config.names import token_id
 
 API_GROUP = "resource.k8s.io"
@@ -29,6 +30,8 @@ SLICES_PATH = f"/apis/{API_VERSION}/resourceslices"
 # Device attributes (the driver's domain is implied): which resource a device belongs to, and
 # its token ID, the same as the device plugin's and the container's variable name it.
 RESOURCE_ATTRIBUTE = "resource"
+# The spec fields that say where a slice's devices are (exactly one is set).
+PLACEMENT_FIELDS = ("nodeName", "allNodes", "nodeSelector")
 TOKEN_ATTRIBUTE = "token"
 # The API server's limit for a slice with any device taint (or counter consumption).
 DEVICES_PER_SLICE_WITH_TAINTS = 64
@@ -113,22 +116,21 @@ def taint_key(driver: str) -> str:
 
 @dataclass(frozen=True)
 class Pool:
-    """What one resource's pool on this node holds; a count of 0 is a pool of one empty slice
-    (a pool must have at least one), so the scheduler sees the resource with nothing free.
-    ``unhealthy``: the indices of its unhealthy tokens, tainted with ``effect``, or left out
-    where the API server keeps no ``taints``."""
+    """What one resource's pool holds; a count of 0 is a pool of one empty slice (a pool must
+    have at least one), so the scheduler sees the resource with nothing free. ``placement``:
+    the slice's spec fields that say which nodes may draw from it (``nodeName``, or
+    ``allNodes`` / ``nodeSelector`` for a cluster pool). ``unhealthy``: the indices of its
+    unhealthy tokens, tainted with ``effect``, or left out where the API server keeps no
+    ``taints``."""
 
     driver: str
-    node: str
+    name: str
+    placement: Mapping[str, Any]
     resource: str
     count: int
     unhealthy: frozenset[int] = frozenset()
     effect: str = NO_SCHEDULE
     taints: bool = True
-
-    @property
-    def name(self) -> str:
-        return pool_name(self.node, self.resource)
 
     @property
     def tainted(self) -> bool:
@@ -154,8 +156,8 @@ class Pool:
     def slices(
         self, generation: int, owner: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        """The pool's slices at ``generation``, as objects to create (``owner``: the Node, so
-        that the slices go with it)."""
+        """The pool's slices at ``generation``, as objects to create (``owner``: a node pool's
+        Node, so that the slices go with it)."""
         all_devices = self.devices()
         per_slice = DEVICES_PER_SLICE_WITH_TAINTS if self.tainted else DEVICES_PER_SLICE
         chunks = [
@@ -170,7 +172,7 @@ class Pool:
                 "metadata": {"name": slice_name(self.driver, self.name, index), **metadata_extra},
                 "spec": {
                     "driver": self.driver,
-                    "nodeName": self.node,
+                    **self.placement,
                     "pool": {
                         "name": self.name,
                         "generation": generation,
@@ -181,6 +183,31 @@ class Pool:
             }
             for index, chunk in enumerate(chunks)
         ]
+
+
+def node_placement(node: str) -> dict[str, Any]:
+    return {"nodeName": node}
+
+
+def cluster_placement(nodes: NodeSelection | None) -> dict[str, Any]:
+    """Every node (``allNodes``), or the nodes that meet every requirement of ``nodes``: a
+    NodeSelector of one term, as a slice's must be."""
+    if nodes is None:
+        return {"allNodes": True}
+    expressions = [
+        {
+            "key": requirement.key,
+            "operator": requirement.operator,
+            **({"values": list(requirement.values)} if requirement.values else {}),
+        }
+        for requirement in nodes.requirements
+    ]
+    return {"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}}
+
+
+def cluster_scoped(spec: Mapping[str, Any]) -> bool:
+    """Whether a slice's spec is of a cluster pool (for every or some nodes, not one)."""
+    return bool(spec.get("allNodes")) or spec.get("nodeSelector") is not None
 
 
 def node_owner(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,7 +228,7 @@ def essence(item: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     spec = item.get("spec") or {}
     kept = {
         "driver": spec.get("driver"),
-        "nodeName": spec.get("nodeName"),
+        **{key: spec.get(key) for key in PLACEMENT_FIELDS},
         "pool": spec.get("pool"),
         "devices": [
             {

@@ -17,7 +17,7 @@ from typing import NoReturn
 from token_resource import __version__
 from token_resource.cli import check, device_classes, node_status, run, running
 from token_resource.cli.common import EXIT_USAGE
-from token_resource.config.model import DEFAULT_CONFIG_PATH
+from token_resource.config.model import DEFAULT_CONFIG_PATH, NODE_ROLE, ROLES
 from token_resource.host import logs
 
 
@@ -63,6 +63,14 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the agent in the foreground")
     run.add_argument("--config", type=Path, default=DEFAULT_CONFIG_PATH, help=config_help)
     run.add_argument("--control-socket", type=Path, default=None, help=control_help)
+    run.add_argument(
+        "--role",
+        choices=ROLES,
+        default=NODE_ROLE,
+        help="node (default): serve the kubelet of this node, and prepare the claims of the "
+        'cluster pools; publisher: publish the cluster pools (scope = "cluster"), one '
+        "writer elected among every publisher, with no kubelet",
+    )
 
     check = commands.add_parser(
         "check", help="validate the configuration and show what would be served"

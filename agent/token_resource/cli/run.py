@@ -8,6 +8,7 @@ import importlib
 
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, complain, load_servable
 from token_resource.config.errors import ConfigError
+from token_resource.config.model import PUBLISHER_ROLE
 from token_resource.host import logs
 from token_resource.host.control import ControlError, default_control_socket
 from token_resource.host.memory import limit_malloc_arenas
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from token_resource.agent import Agent, StartError  # noqa: PLC0415 (needs the libraries)
     from token_resource.host.lock import LockError  # noqa: PLC0415
     from token_resource.host.notify import SystemdNotifier  # noqa: PLC0415
+    from token_resource.publisher import PublisherAgent  # noqa: PLC0415
 
     try:
         config = load_servable(args.config)
@@ -93,8 +95,10 @@ def run(args: argparse.Namespace) -> int:
 
     notifier = SystemdNotifier()
 
+    role = PublisherAgent if args.role == PUBLISHER_ROLE else Agent
+
     async def serve() -> None:
-        await Agent(config, args.config, control_socket, notifier).run()
+        await role(config, args.config, control_socket, notifier).run()
 
     try:
         asyncio.run(serve())

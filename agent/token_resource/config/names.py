@@ -26,8 +26,22 @@ _RESERVED_DOMAIN_SUFFIX = "kubernetes.io"
 TOKEN_ID_PREFIX = "token-"
 
 
+_TOKEN_ID = re.compile(rf"{re.escape(TOKEN_ID_PREFIX)}(0|[1-9][0-9]*)")
+MAX_DEVICE_ID_LENGTH = 63
+
+
 def token_id(index: int) -> str:
     return f"{TOKEN_ID_PREFIX}{index}"
+
+
+def token_index(device_id: str) -> int | None:
+    """The index behind a canonical token ID, or None for anything else."""
+    # Device IDs hold at most 63 characters; a longer digit run would also be slow to convert
+    # (and beyond Python's int() digit limit).
+    if len(device_id) > MAX_DEVICE_ID_LENGTH:
+        return None
+    match = _TOKEN_ID.fullmatch(device_id)
+    return int(match.group(1)) if match else None
 
 
 def default_env_name(resource_name: str) -> str:

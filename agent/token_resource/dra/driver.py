@@ -203,7 +203,7 @@ class DraDriver:
 
     def _newer_instance(self, own: Path) -> str | None:
         newer = newer_instance(self._settings, own)
-        return None if newer is None else str(newer)
+        return None if newer is None else f"the newer instance at {newer}"
 
     def pools(self) -> dict[str, ResourceSpec]:
         """The node's own pools, as configured now: pool name -> the node-scoped resource it

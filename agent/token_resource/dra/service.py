@@ -27,9 +27,9 @@ import grpc.aio
 from token_resource.apiserver.claims import Claim
 from token_resource.apiserver.client import KubeError
 from token_resource.config.model import ResourceSpec
+from token_resource.config.names import token_index
 from token_resource.dra.cdi import remove_spec, write_spec
 from token_resource.dra.prepared import PreparedClaim, PreparedClaims, PreparedDevice
-from token_resource.kubelet.tokens import token_index
 from token_resource.observe.observer import Observer
 from token_resource.protocol import dra_v1_pb2 as pb
 

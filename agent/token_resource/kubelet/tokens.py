@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncGenerator, Iterable, Sequence
 
-from token_resource.config.names import TOKEN_ID_PREFIX, token_id
+from token_resource.config.names import token_id, token_index
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.protocol import deviceplugin_pb2 as pb
 from token_resource.protocol.deviceplugin import HEALTHY, UNHEALTHY
 
-_TOKEN_ID = re.compile(rf"{re.escape(TOKEN_ID_PREFIX)}(0|[1-9][0-9]*)")
-MAX_DEVICE_ID_LENGTH = 63
 # Error messages name at most this many IDs, each cut to this length.
 _SHOWN_IDS = 5
 _SHOWN_ID_CHARS = 64
-
-
-def token_index(device_id: str) -> int | None:
-    """The index behind a canonical token ID, or None for anything else."""
-    # Device IDs hold at most 63 characters; a longer digit run would also be slow to convert
-    # (and beyond Python's int() digit limit).
-    if len(device_id) > MAX_DEVICE_ID_LENGTH:
-        return None
-    match = _TOKEN_ID.fullmatch(device_id)
-    return int(match.group(1)) if match else None
 
 
 def in_token_order(device_ids: Sequence[str]) -> list[str]:

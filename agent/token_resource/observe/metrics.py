@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from token_resource import __version__
 from token_resource.observe.observer import APPLIED, RESULTS
-from token_resource.observe.report import StatusReport
+from token_resource.observe.report import ClusterPoolsReport, StatusReport
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,29 @@ class Metrics:
         self._probe_duration.labels(resource).observe(seconds)
 
 
+def _cluster_pool_metrics(cluster: ClusterPoolsReport) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "token_resource_cluster_pools_leader",
+        "1 while this publisher holds its driver's Lease and writes the cluster pools, else 0",
+        value=int(cluster.leading),
+    )
+    offered = GaugeMetricFamily(
+        "token_resource_cluster_pool_tokens_offered",
+        "Tokens of a cluster pool left untainted: allocated ones and the free seats",
+        labels=["resource"],
+    )
+    allocated = GaugeMetricFamily(
+        "token_resource_cluster_pool_tokens_allocated",
+        "Tokens of a cluster pool allocated to claims, cluster-wide",
+        labels=["resource"],
+    )
+    for pool in cluster.pools:
+        offered.add_metric([pool.resource], pool.healthy)
+        if pool.allocated is not None:
+            allocated.add_metric([pool.resource], pool.allocated)
+    yield from (offered, allocated)
+
+
 class _ReportCollector(Collector):
     """Gauges from a fresh report: tokens configured, registered, allocated, free."""
 
@@ -192,11 +215,14 @@ class _ReportCollector(Collector):
                 allocated.add_metric([resource.name], resource.in_use)
                 free.add_metric([resource.name], resource.free)
         yield from (configured, registered, allocated, free, healthy)
-        yield GaugeMetricFamily(
-            "token_resource_pod_resources_up",
-            "1 when the kubelet's PodResources API answered for this scrape, else 0",
-            value=int(report.pod_resources_error is None),
-        )
+        if report.pod_resources_socket:  # a publisher of cluster pools asks no kubelet
+            yield GaugeMetricFamily(
+                "token_resource_pod_resources_up",
+                "1 when the kubelet's PodResources API answered for this scrape, else 0",
+                value=int(report.pod_resources_error is None),
+            )
+        if report.cluster_pools is not None:
+            yield from _cluster_pool_metrics(report.cluster_pools)
 
     def _fetch(self) -> StatusReport | None:
         """The agent's report, made on its loop; None if the loop is stopping or stuck."""

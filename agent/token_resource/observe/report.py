@@ -152,6 +152,35 @@ class InstanceReport:
 
 
 @dataclass(frozen=True)
+class ClusterPoolReport:
+    """One cluster pool, as its publisher sees it."""
+
+    resource: str
+    pool: str
+    count: int
+    nodes: str | None  # the label selector of the nodes it is for; None: all
+    generation: int | None
+    healthy: int  # tokens offered untainted
+    allocated: int | None  # tokens allocated cluster-wide; None when the claims are unknown
+
+
+@dataclass(frozen=True)
+class ClusterPoolsReport:
+    """A publisher of cluster pools: the Lease it runs for, and the pools."""
+
+    driver: str
+    lease: str  # namespace/name
+    identity: str
+    holder: str | None
+    leading: bool
+    transitions: int | None
+    lease_error: str | None
+    state: str  # the slices': pending, accepted or failing
+    reason: str | None
+    pools: tuple[ClusterPoolReport, ...]
+
+
+@dataclass(frozen=True)
 class StatusReport:
     summary: str  # the STATUS= line
     pod_resources_socket: str
@@ -161,10 +190,12 @@ class StatusReport:
     plugin_sockets: PluginSockets | None = None
     dra: DraReport | None = None
     instance: InstanceReport | None = None
+    cluster_pools: ClusterPoolsReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "summary": self.summary,
+            "cluster_pools": None if self.cluster_pools is None else asdict(self.cluster_pools),
             "instance": None if self.instance is None else asdict(self.instance),
             "plugin_sockets": None if self.plugin_sockets is None else asdict(self.plugin_sockets),
             "dra": None if self.dra is None else asdict(self.dra),
@@ -176,6 +207,29 @@ class StatusReport:
         }
 
 
+def _cluster_lines(cluster: Mapping[str, Any] | None) -> list[str]:
+    if cluster is None:
+        return []
+    if cluster["leading"]:
+        role = "publishing: holds the lease"
+    else:
+        role = f"standing by: the lease is held by {cluster['holder'] or 'nobody'}"
+    lines = [f"cluster pools of driver {cluster['driver']} (lease {cluster['lease']}): {role}"]
+    if cluster["lease_error"]:
+        lines.append(f"  lease: {cluster['lease_error']}")
+    if cluster["reason"]:
+        lines.append(f"  slices {cluster['state']}: {cluster['reason']}")
+    for pool in cluster["pools"]:
+        nodes = "all nodes" if pool["nodes"] is None else f"nodes {pool['nodes']}"
+        allocated = "unknown" if pool["allocated"] is None else pool["allocated"]
+        generation = "unpublished" if pool["generation"] is None else pool["generation"]
+        lines.append(
+            f"{pool['resource']}: {pool['count']} for {nodes}, {pool['healthy']} offered, "
+            f"{allocated} allocated (pool {pool['pool']}, generation {generation})"
+        )
+    return lines
+
+
 def render_text(report: Mapping[str, Any]) -> str:
     """The report (as ``to_json`` gives it) for people: the status line, then per resource."""
     lines = [report["summary"]]
@@ -184,6 +238,7 @@ def render_text(report: Mapping[str, Any]) -> str:
         lines.append(f"instance {instance['instance']}: {instance['reason']}")
         if instance["waiting_for"] is not None:
             lines.append(f"  waiting to serve until it is alone: {instance['waiting_for']}")
+    lines.extend(_cluster_lines(report.get("cluster_pools")))
     error = report["pod_resources"]["error"]
     if error is not None:
         lines.append(f"who holds the tokens: unknown: {error}")

@@ -67,24 +67,65 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "token-resource.fullna
 {{- if hasKey $parsed "Error" }}
 {{- fail (printf "config: not valid TOML: %s" $parsed.Error) }}
 {{- end }}
-{{- range $name, $spec := (get $parsed "resources" | default dict) }}
-{{- if and (kindIs "map" $spec) (eq (get $spec "advertise" | toString) "node-status") }}
-{{- fail (printf "config: %s has advertise = \"node-status\", which the chart does not set up: its account may write no Node (docs/kubernetes.md); advertise it as a device plugin or through DRA" $name) }}
-{{- end }}
-{{- end }}
 {{- toJson $parsed }}
 {{- end }}
 
-{{/* The names of the resources advertised through DRA, as a JSON list. */}}
-{{- define "token-resource.draResources" -}}
-{{- $config := fromJson (include "token-resource.config" .) }}
+{{/* The names of the resources advertised one way (.mode: "dra", "node-status"), as a JSON
+     list; called with (dict "root" $ "mode" ...). */}}
+{{- define "token-resource.advertisedBy" -}}
+{{- $config := fromJson (include "token-resource.config" .root) }}
 {{- $names := list }}
 {{- range $name, $spec := (get $config "resources" | default dict) }}
-{{- if and (kindIs "map" $spec) (eq (get $spec "advertise" | toString) "dra") }}
+{{- if and (kindIs "map" $spec) (eq (get $spec "advertise" | toString) $.mode) }}
 {{- $names = append $names $name }}
 {{- end }}
 {{- end }}
 {{- toJson (sortAlpha $names) }}
+{{- end }}
+
+{{/* The names of the resources advertised through DRA, as a JSON list. */}}
+{{- define "token-resource.draResources" -}}
+{{- include "token-resource.advertisedBy" (dict "root" . "mode" "dra") }}
+{{- end }}
+
+{{/* Whether the agents may write their Nodes (node-status resources, or nodeStatus.enabled
+     to keep the permission while the last of them leave): "true" or "". */}}
+{{- define "token-resource.nodeStatus" -}}
+{{- if or .Values.nodeStatus.enabled (fromJsonArray (include "token-resource.advertisedBy" (dict "root" . "mode" "node-status"))) }}true{{ end }}
+{{- end }}
+
+{{/* An overlay's RBAC and admission policies (.files: the chart's files/ that link to them),
+     renamed for the release and holding its own ServiceAccount; called with
+     (dict "root" $ "files" (list ...)). */}}
+{{- define "token-resource.overlayObjects" -}}
+{{- $root := .root }}
+{{- $fullname := include "token-resource.fullname" $root }}
+{{- $labels := fromYaml (include "token-resource.labels" $root) }}
+{{- $texts := list }}
+{{- range .files }}
+{{- $texts = append $texts ($root.Files.Get .) }}
+{{- end }}
+{{- $text := join "\n---\n" $texts }}
+{{- $text = replace "system:serviceaccount:token-resource:token-resource" (include "token-resource.username" $root) $text }}
+{{- range $document := regexSplit "(?m)^---\\s*$" $text -1 }}
+{{- $object := fromYaml $document }}
+{{- if $object }}
+{{- $_ := set $object.metadata "name" (regexReplaceAll "^token-resource" $object.metadata.name $fullname) }}
+{{- $_ = set $object.metadata "labels" (merge (deepCopy $labels) (get $object.metadata "labels" | default dict)) }}
+{{- if hasKey $object "roleRef" }}
+{{- $_ = set $object.roleRef "name" (regexReplaceAll "^token-resource" $object.roleRef.name $fullname) }}
+{{- range $object.subjects }}
+{{- $_ = set . "name" $fullname }}
+{{- $_ = set . "namespace" $root.Release.Namespace }}
+{{- end }}
+{{- end }}
+{{- if eq $object.kind "ValidatingAdmissionPolicyBinding" }}
+{{- $_ = set $object.spec "policyName" (regexReplaceAll "^token-resource" $object.spec.policyName $fullname) }}
+{{- end }}
+---
+{{ toYaml $object }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* A DeviceClass's name for a resource, as the agent's device_class_name

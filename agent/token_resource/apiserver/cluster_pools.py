@@ -1,0 +1,242 @@
+"""A driver's cluster pools: one pool of tokens that every node (or every selected node) draws
+from, written by the one publisher that holds the driver's Lease.
+
+Every publisher of the driver runs for the Lease (:class:`LeaderElector`); the holder writes the
+pools, the others list and watch them only. A new holder's first write makes each pool a new
+generation even if it holds what it should: the slices are taken over where they are (updated,
+never deleted and made again), so claims allocated from them keep their devices. A holder that
+could not renew in time stops writing at once, halfway through a sync if need be, before any
+other may take the Lease.
+
+A resource's probe says how many seats are free (a license server's count): its allocated
+tokens stay schedulable-as-is (their pods run), and of the others as many as are free; the
+rest are tainted. A probe that fails, or finds no seat free, taints them all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from token_resource.apiserver.client import ApiClient, KubeError
+from token_resource.apiserver.credentials import load_credentials
+from token_resource.apiserver.leader import LeaderElector, LeaseState
+from token_resource.apiserver.publisher import PoolWanted, SlicePublisher, Wanted
+from token_resource.apiserver.slices import (
+    API_VERSION,
+    Pool,
+    cluster_placement,
+    cluster_pool_name,
+)
+from token_resource.apiserver.slicesync import SliceScope
+from token_resource.config.model import KubernetesSettings
+from token_resource.config.names import token_index
+
+log = logging.getLogger(__name__)
+
+CLAIMS_PATH = f"/apis/{API_VERSION}/resourceclaims"
+
+
+def lease_name(driver: str) -> str:
+    """The Lease the publishers of ``driver`` run for (a DNS subdomain, as the driver is)."""
+    return f"{driver}-cluster-pools"
+
+
+@dataclass(frozen=True)
+class ClusterPoolState:
+    resource: str
+    pool: str
+    count: int
+    # Whom the pool is for: None for every node, else the label selector as written.
+    nodes: str | None
+    generation: int | None  # None until seen or written
+    healthy: int  # tokens the pool offers untainted
+    allocated: int | None  # tokens allocated cluster-wide; None when the claims are unknown
+
+
+@dataclass(frozen=True)
+class ClusterPoolsState:
+    driver: str
+    lease: LeaseState
+    pools: tuple[ClusterPoolState, ...]
+    state: str  # the publisher's: pending, accepted or failing
+    reason: str | None
+
+
+def allocated_tokens(
+    claims: Iterable[Mapping[str, Any]], driver: str, pools: Iterable[str]
+) -> dict[str, frozenset[int]]:
+    """Pool name -> the indices of its tokens that ``claims`` hold allocated."""
+    wanted = set(pools)
+    held: dict[str, set[int]] = {pool: set() for pool in wanted}
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if not isinstance(result, dict) or result.get("driver") != driver:
+                continue
+            pool, index = result.get("pool"), token_index(str(result.get("device")))
+            if pool in wanted and index is not None:
+                held[str(pool)].add(index)
+    return {pool: frozenset(indices) for pool, indices in held.items()}
+
+
+def unoffered(count: int, free: int, allocated: frozenset[int]) -> frozenset[int]:
+    """The tokens to taint when ``free`` seats are free: all but the allocated ones and the
+    first ``free`` others; every token when none is free."""
+    if free <= 0:
+        return frozenset(range(count))
+    others = [index for index in range(count) if index not in allocated]
+    return frozenset(others[free:])
+
+
+class ClusterSlicePublisher(SlicePublisher):
+    """Keeps the driver's cluster pools (``pools`` by resource; a PoolWanted's ``unhealthy``
+    is read as seats not free: ``count - len(unhealthy)`` are) while ``leading()``."""
+
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        driver: str,
+        on_change: Callable[[], None],
+        holder: Callable[[], str | None],
+    ) -> None:
+        """``holder()``: None while this one leads, else who does."""
+        super().__init__(settings, driver, on_change, holder)
+        # Pool -> its allocated tokens at the last sync that needed them.
+        self._allocated: dict[str, frozenset[int]] = {}
+
+    def take_over(self) -> None:
+        """This one leads now: its next sync writes every pool as a new generation."""
+        self._rewrite = {cluster_pool_name(resource) for resource in self.wanted.pools}
+        self.resync()
+
+    def generation(self, pool: str) -> int | None:
+        return self._generations.get(pool)
+
+    def _scope(self, wanted: Wanted) -> SliceScope:
+        return SliceScope(
+            f"spec.driver={wanted.driver}",
+            f"driver {wanted.driver}'s cluster pools",
+            cluster=True,
+            owner=lambda client: None,
+        )
+
+    def _sync(self, wanted: Wanted) -> None:
+        if self._superseded() is None and any(p.unhealthy for p in wanted.pools.values()):
+            with ApiClient(load_credentials(wanted.settings)) as client:
+                self._allocated = self.read_allocated(client, wanted)
+        super()._sync(wanted)
+
+    def read_allocated(self, client: ApiClient, wanted: Wanted) -> dict[str, frozenset[int]]:
+        """Pool -> its tokens allocated now, from every ResourceClaim."""
+        claims = client.get(CLAIMS_PATH).get("items") or []
+        pools = [cluster_pool_name(resource) for resource in wanted.pools]
+        return allocated_tokens(claims, wanted.driver, pools)
+
+    def _pools(self, wanted: Wanted) -> list[Pool]:
+        return [
+            self._pool(wanted.driver, resource, pool)
+            for resource, pool in sorted(wanted.pools.items())
+        ]
+
+    def _pool(self, driver: str, resource: str, wanted: PoolWanted) -> Pool:
+        name = cluster_pool_name(resource)
+        free = wanted.count - len(wanted.unhealthy)
+        allocated = self._allocated.get(name, frozenset())
+        unhealthy = unoffered(wanted.count, free, allocated) if wanted.unhealthy else frozenset()
+        placement = cluster_placement(wanted.nodes)
+        return Pool(
+            driver, name, placement, resource, wanted.count, unhealthy, wanted.effect, self._taints
+        )
+
+    def pool_states(self, allocated: Mapping[str, frozenset[int]] | None) -> list[ClusterPoolState]:
+        states = []
+        for resource, wanted in sorted(self.wanted.pools.items()):
+            pool = self._pool(self.wanted.driver, resource, wanted)
+            nodes = wanted.nodes
+            held = None if allocated is None else len(allocated.get(pool.name, frozenset()))
+            states.append(
+                ClusterPoolState(
+                    resource,
+                    pool.name,
+                    pool.count,
+                    None if nodes is None else nodes.text,
+                    self._generations.get(pool.name),
+                    pool.count - len(pool.unhealthy),
+                    held,
+                )
+            )
+        return states
+
+
+class ClusterPools:
+    """The driver's cluster pools and the Lease that says who writes them."""
+
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        driver: str,
+        namespace: str,
+        identity: str,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._driver = driver
+        self._elector = LeaderElector(
+            settings, lease_name(driver), namespace, identity, self._leadership_changed
+        )
+        self._publisher = ClusterSlicePublisher(settings, driver, on_change, self._holder)
+        self._on_change = on_change
+        self._was_leading = False
+
+    @property
+    def driver(self) -> str:
+        return self._driver
+
+    def start(self) -> None:
+        self._elector.start()
+
+    def apply(self, settings: KubernetesSettings, pools: Mapping[str, PoolWanted]) -> None:
+        """Publish a pool per resource of ``pools`` (their ``nodes`` say for whom) while this
+        one holds the Lease."""
+        self._publisher.apply(settings, self._driver, pools)
+
+    async def close(self) -> None:
+        """Stop writing, then give the Lease up so that another takes over at once."""
+        await self._publisher.close()
+        await self._elector.close(release=True)
+
+    def _holder(self) -> str | None:
+        if self._elector.leading:
+            return None
+        holder = self._elector.state.holder
+        return f"the lease holder {holder}" if holder else "the lease holder (none yet)"
+
+    def _leadership_changed(self) -> None:
+        leading = self._elector.leading
+        if leading and not self._was_leading:
+            self._publisher.take_over()
+        elif not leading:
+            self._publisher.resync()
+        self._was_leading = leading
+        self._on_change()
+
+    def read_allocated(self) -> dict[str, frozenset[int]] | None:
+        """Pool -> its allocated tokens, read now (blocking); None when it cannot be read."""
+        wanted = self._publisher.wanted
+        try:
+            with ApiClient(load_credentials(wanted.settings)) as client:
+                return self._publisher.read_allocated(client, wanted)
+        except KubeError as error:
+            log.debug("cluster pools: cannot read the claims: %s", error)
+            return None
+
+    def state(self, allocated: Mapping[str, frozenset[int]] | None = None) -> ClusterPoolsState:
+        return ClusterPoolsState(
+            self._driver,
+            self._elector.state,
+            tuple(self._publisher.pool_states(allocated)),
+            self._publisher.state,
+            self._publisher.reason,
+        )
