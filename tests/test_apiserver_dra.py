@@ -785,3 +785,52 @@ def test_a_slice_tainted_while_the_gate_was_on_keeps_its_taints(
         assert all("taints" not in device for device in fresh["spec"]["devices"])
     finally:
         node.close()
+
+
+def test_a_claim_of_a_cluster_pool_is_allocated_without_a_node_restriction(
+    apiserver: ApiServerStandin, clients: dict[str, Client]
+) -> None:
+    """The allocator's createNodeSelector: devices of an ``allNodes`` slice restrict no node,
+    a ``nodeSelector`` slice's term is the claim's, a node's own slice names that node."""
+    site = {"key": "site", "operator": "In", "values": ["a"]}
+    selected = {"nodeSelectorTerms": [{"matchExpressions": [site]}]}
+    for body in (
+        placed(a_slice(name="cluster", pool=pool_of("example.com/token")), allNodes=True),
+        placed(a_slice(name="site-a", pool=pool_of("example.com/site")), nodeSelector=selected),
+        a_slice(name="own", pool=pool_of(f"{NODE}/example.com/token")),
+    ):
+        status, answer = clients["admin"].request("POST", SLICES, body)
+        assert status == 201, answer
+
+    def allocation(pod: str, *pools: str) -> dict[str, Any]:
+        results = [("tokens", pool, "token-1") for pool in pools]
+        claim = apiserver.allocate_claim(
+            "default", pod, pod=pod, node=NODE, driver=DRIVER, results=results
+        )
+        allocated: dict[str, Any] = claim["status"]["allocation"]
+        assert [result["pool"] for result in allocated["devices"]["results"]] == list(pools)
+        return allocated
+
+    assert "nodeSelector" not in allocation("anywhere", "example.com/token")
+    assert allocation("on-site", "example.com/site", "example.com/token")["nodeSelector"] == (
+        selected
+    )
+    own = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+    for pools in (("example.com/token", f"{NODE}/example.com/token"), ("no-slice",)):
+        assert allocation(f"local-{len(pools)}", *pools)["nodeSelector"] == {
+            "nodeSelectorTerms": [own]
+        }
+    # The node reads the claim of a cluster pool as any: a pod bound to it references it.
+    path = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/anywhere"
+    assert clients["node"].request("GET", path)[0] == 200
+    assert clients["other"].request("GET", path)[0] == 403
+
+
+def placed(body: dict[str, Any], **placement: Any) -> dict[str, Any]:
+    """The slice for other nodes than its own: ``placement`` instead of ``nodeName``."""
+    spec = {key: value for key, value in body["spec"].items() if key != "nodeName"}
+    return {**body, "spec": {**spec, **placement}}
+
+
+def pool_of(name: str) -> dict[str, Any]:
+    return {"name": name, "generation": 1, "resourceSliceCount": 1}

@@ -9,15 +9,25 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from token_resource.apiserver import credentials
-from token_resource.apiserver.client import Credentials, KubeError
+from token_resource.apiserver.client import ApiClient, Credentials, KubeError
+from token_resource.apiserver.credentials import load_credentials
 from token_resource.apiserver.keeper import FIRST_RETRY_DELAY
 from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
-from token_resource.apiserver.slices import pool_name
+from token_resource.apiserver.slices import (
+    SLICES_PATH,
+    Pool,
+    cluster_placement,
+    cluster_pool_name,
+    node_placement,
+    pool_name,
+)
+from token_resource.apiserver.slicesync import SliceScope, sync_slices
 from token_resource.config.model import KubernetesSettings
 
 NODE = "node-a"
@@ -160,3 +170,39 @@ def test_a_stop_while_the_watch_thread_sees_its_close_stops_the_publisher(
             released.set()
 
     asyncio.run(scenario())
+
+
+def test_a_sync_never_changes_a_cluster_pools_slices_of_its_driver(
+    apiserver: ApiServerStandin, tmp_path: Path
+) -> None:
+    """The node's sync rewrites and deletes its node's slices of the driver only: a cluster
+    pool's (``allNodes``, no ``nodeName``) is the elected publisher's, even when the list
+    holds it (here an admin's list without the field selector, as the node's is not)."""
+    apiserver.add_token("admin")
+    admin = KubernetesSettings(
+        kubeconfig=apiserver.write_kubeconfig(tmp_path / "admin.conf", token="admin"),
+        node_name=NODE,
+    )
+    cluster = cluster_slice(DRIVER, TOKEN, 2)
+    everything = SliceScope("", f"node {NODE}", cluster=False, owner=lambda client: None)
+
+    def node_pool(count: int) -> Pool:
+        return Pool(DRIVER, pool_name(NODE, TOKEN), node_placement(NODE), TOKEN, count)
+
+    with ApiClient(load_credentials(admin)) as client:
+        client.create(SLICES_PATH, cluster)
+        for count in (3, 4):
+            sync_slices(client, everything, DRIVER, [node_pool(count)], {})
+            assert pool_size(apiserver.snapshot()) == count
+        sync_slices(client, everything, DRIVER, [], {})  # the node's pool goes, and only it
+    assert pool_size(apiserver.snapshot()) is None
+    [kept] = apiserver.snapshot().slices_of(driver=DRIVER)
+    assert (kept["spec"]["pool"], kept["metadata"]["generation"]) == (cluster["spec"]["pool"], 1)
+
+
+def cluster_slice(driver: str, resource: str, count: int) -> dict[str, Any]:
+    """The one slice of a cluster pool of ``count`` tokens, for every node (``allNodes``), as
+    the elected publisher writes it."""
+    pool = Pool(driver, cluster_pool_name(resource), cluster_placement(None), resource, count)
+    [made] = pool.slices(1)
+    return made

@@ -3,8 +3,9 @@ they vanish.
 
 A sync lists the node's slices (the one list a node identity may make: by ``spec.nodeName``),
 writes each pool whose stored slices are not exactly the wanted ones as a new generation, and
-deletes the slices of the driver's pools no longer wanted (a resource taken out of the files,
-also while the agent was stopped). Then it watches the node's slices from the listed
+deletes the slices of the driver's pools no longer wanted on the node (a resource taken out of
+the files, also while the agent was stopped, or made cluster-scoped); the slices of a cluster
+pool, which name no node, are never its own. Then it watches the node's slices from the listed
 ``resourceVersion``: anything that happens to the driver's slices (a starting kubelet deletes
 every slice of its node, a person edits one) is a reason to sync again, and so is the end of
 the watch, every ``resync_seconds``. Stopping the agent leaves the slices: the kubelet removes

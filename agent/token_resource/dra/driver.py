@@ -3,9 +3,12 @@
 Started when the configuration first has a DRA resource, or at start while claims prepared
 before are on record (their pods' unprepare needs it), and kept until the agent stops: the
 DRA service socket (``<plugins_dir>/<driver>/dra.sock``) serves NodePrepareResources, the
-registration socket tells the kubelet where it is, and the publisher keeps one pool per DRA
-resource in ResourceSlices. The prepared claims are read from disk, and their CDI specs
-written, before either socket exists, so a restarted agent answers for them as before.
+registration socket tells the kubelet where it is, and the publisher keeps one pool per
+node-scoped DRA resource in ResourceSlices. A cluster-scoped resource's pool (one for the whole
+cluster) is published by the elected publisher, never here: the node only prepares the claims
+allocated from it, as those of its own pools. The prepared claims are read from disk, and
+their CDI specs written, before either socket exists, so a restarted agent answers for them as
+before.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from token_resource.apiserver.claims import Claim, ClaimClient
 from token_resource.apiserver.credentials import node_name
 from token_resource.apiserver.nudge import describe, nudge_waiting_pods
 from token_resource.apiserver.publisher import PoolWanted, PublisherState, SlicePublisher
-from token_resource.apiserver.slices import pool_name
+from token_resource.apiserver.slices import cluster_pool_name, pool_name
 from token_resource.config.model import DraSettings, KubernetesSettings, ResourceSpec
 from token_resource.dra.health import HealthService
 from token_resource.dra.prepared import PreparedClaim, PreparedClaims
@@ -95,7 +98,7 @@ class DraDriver:
             settings.driver,
             settings.cdi_dir,
             self._prepared,
-            self.pools,
+            self.served_pools,
             self._read_claim,
             observer,
             on_change,
@@ -150,8 +153,9 @@ class DraDriver:
         resources: Mapping[str, ResourceSpec],
         health: Mapping[str, TokenHealth],
     ) -> None:
-        """Publish a pool for each of ``resources`` (the DRA ones), and nothing else, its
-        unhealthy tokens tainted; tell the kubelet's health stream."""
+        """Serve the claims of ``resources`` (the DRA ones); publish a pool for each of the
+        node-scoped ones, and nothing else, its unhealthy tokens tainted; tell the kubelet's
+        health stream."""
         self._kubernetes, self._resources = kubernetes, dict(resources)
         pools = {
             name: PoolWanted(
@@ -160,6 +164,7 @@ class DraDriver:
                 spec.probe.effect if spec.probe is not None else PoolWanted.effect,
             )
             for name, spec in resources.items()
+            if not spec.cluster_scoped
         }
         self._publisher.apply(kubernetes, self._settings.driver, pools)
         self._health.set_health(health)
@@ -201,9 +206,25 @@ class DraDriver:
         return None if newer is None else f"the newer instance at {newer}"
 
     def pools(self) -> dict[str, ResourceSpec]:
-        """Pool name -> the resource it publishes, as configured now."""
+        """The node's own pools, as configured now: pool name -> the node-scoped resource it
+        publishes. The health stream and the nudge keep to these: a claim of a cluster pool
+        names no node, and that pool's health is its publisher's (taints)."""
         node = node_name(self._kubernetes)
-        return {pool_name(node, name): spec for name, spec in self._resources.items()}
+        return {
+            pool_name(node, name): spec
+            for name, spec in self._resources.items()
+            if not spec.cluster_scoped
+        }
+
+    def served_pools(self) -> dict[str, ResourceSpec]:
+        """The pools whose claims this node prepares: its own, and the cluster pool of each
+        cluster-scoped resource (the two kinds of names never meet: slices.cluster_pool_name)."""
+        cluster = {
+            cluster_pool_name(name): spec
+            for name, spec in self._resources.items()
+            if spec.cluster_scoped
+        }
+        return {**self.pools(), **cluster}
 
     def state(self) -> DraState:
         registration = self._registration.registration

@@ -1,7 +1,8 @@
 """The ``DRAPlugin`` service: the kubelet's NodePrepareResources and NodeUnprepareResources.
 
 Preparing a claim reads it from the API server (the request names only the claim), checks
-that each of the driver's devices allocated to it is a token this node publishes, writes the
+that each of the driver's devices allocated to it is a token of a pool this node serves (its
+own pools, and the cluster pools of cluster-scoped resources), writes the
 CDI spec that tells its containers their tokens, and records it on disk; the answer names the
 devices and their CDI IDs. Both calls are idempotent, keyed by claim UID: a claim prepared
 before is answered from the record (its spec written again: /var/run is empty after a reboot),
@@ -14,6 +15,7 @@ reboot, or one an earlier version wrote that the runtime refuses, is repaired on
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -53,7 +55,8 @@ class DraService:
         observer: Observer,
         on_change: Callable[[], None],
     ) -> None:
-        """``pools()``: pool name -> the resource it publishes, as configured now."""
+        """``pools()``: pool name -> the resource of each pool whose claims the node
+        prepares, as configured now."""
         self._driver = driver
         self._cdi_dir = cdi_dir
         self._prepared = prepared
@@ -178,8 +181,9 @@ class DraService:
             spec = pools.get(allocated.pool)
             if spec is None:
                 raise PrepareError(
-                    f"claim {claim.namespace}/{claim.name}: pool {allocated.pool} is not "
-                    "published by this node (is its resource still configured for DRA here?)"
+                    f"claim {claim.namespace}/{claim.name}: pool {json.dumps(allocated.pool)} "
+                    f"of driver {json.dumps(self._driver)} is not served by this agent "
+                    f"({_served(pools)}; is its resource configured for DRA here?)"
                 )
             index = token_index(allocated.device)
             if index is None or index >= spec.count:
@@ -206,6 +210,12 @@ class DraService:
             for variables in requests.values()
         ]
         return write_spec(self._cdi_dir, self._driver, uid, environments)
+
+
+def _served(pools: Mapping[str, ResourceSpec]) -> str:
+    if not pools:
+        return "it serves no pool: no DRA resource is configured"
+    return "its pools: " + ", ".join(map(json.dumps, sorted(pools)))
 
 
 def _with_cdi(devices: list[PreparedDevice], cdi_ids: list[str]) -> list[PreparedDevice]:

@@ -5,12 +5,14 @@ admin (DeviceClasses), the kubelet (slices deleted behind the agent's back) and 
 
 An allocated claim looks as the 1.36 scheduler leaves it: ``spec.devices.requests[]`` with an
 ``exactly`` ExactCount request of its DeviceClass, ``status.allocation.devices.results[]``
-``{request, driver, pool, device}``, ``status.allocation.nodeSelector`` naming the node and
-``status.reservedFor`` the pod. Its pod is bound to the node and references it through
-``spec.resourceClaims[].resourceClaimName``, or, for the extended-resource bridge (KEP-5004,
-``extended_resource``), the claim is named ``<pod>-extended-resources-<5 characters>``, carries
-the annotation ``resource.kubernetes.io/extended-resource-claim: "true"`` and an owner reference
-to the pod, and the pod asks for the resource in ``resources.limits`` and names the claim in
+``{request, driver, pool, device}``, ``status.allocation.nodeSelector`` naming the node (none
+for devices of a cluster pool, a slice with ``allNodes``; its selector for a slice with
+``nodeSelector``) and ``status.reservedFor`` the pod. Its pod is bound to the node and
+references it through ``spec.resourceClaims[].resourceClaimName``, or, for the
+extended-resource bridge (KEP-5004, ``extended_resource``), the claim is named
+``<pod>-extended-resources-<5 characters>``, carries the annotation
+``resource.kubernetes.io/extended-resource-claim: "true"`` and an owner reference to the pod,
+and the pod asks for the resource in ``resources.limits`` and names the claim in
 ``status.extendedResourceClaimStatus`` (``resourceClaimName``, ``requestMappings``).
 """
 
@@ -121,15 +123,7 @@ class SchedulerMixin(StandinCore):
                                 for request, pool, device in results
                             ]
                         },
-                        "nodeSelector": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchFields": [
-                                        {"key": "metadata.name", "operator": "In", "values": [node]}
-                                    ]
-                                }
-                            ]
-                        },
+                        **self._node_selector(node, driver, results),
                     },
                     "reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}],
                 },
@@ -140,6 +134,48 @@ class SchedulerMixin(StandinCore):
             )
             self._changed(f"pod {namespace}/{pod} bound to {node} with claim {name}")
             return stored
+
+    def _node_selector(
+        self, node: str, driver: str, results: Sequence[tuple[str, str, str]]
+    ) -> dict[str, Any]:
+        """``{"nodeSelector": ...}`` as the allocator's createNodeSelector makes it
+        (dynamic-resource-allocation structured/internal/stable/allocator_stable.go), from the
+        stored slices that hold the allocated devices: a device of a slice with ``nodeName``
+        restricts the claim to its node; the one term of slices with ``nodeSelector`` is
+        merged; devices of ``allNodes`` slices restrict nothing, and a claim of those only has
+        no nodeSelector at all. The node is always ``node``, the pod's (a test may bind a pod
+        to another node than its devices', to see the Node authorizer refuse), and so is that
+        of a device of no stored slice (tests that allocate without slices)."""
+        fields: list[dict[str, Any]] = []
+        expressions: list[dict[str, Any]] = []
+        for _, pool, device in results:
+            spec = self._slice_holding(driver, pool, device)
+            if spec is None or spec.get("nodeName"):
+                match = {"key": "metadata.name", "operator": "In", "values": [node]}
+                return {"nodeSelector": {"nodeSelectorTerms": [{"matchFields": [match]}]}}
+            for term in (spec.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+                fields += [r for r in term.get("matchFields") or [] if r not in fields]
+                expressions += [
+                    r for r in term.get("matchExpressions") or [] if r not in expressions
+                ]
+        merged: dict[str, Any] = {}
+        if fields:
+            merged["matchFields"] = fields
+        if expressions:
+            merged["matchExpressions"] = expressions
+        return {"nodeSelector": {"nodeSelectorTerms": [merged]}} if merged else {}
+
+    def _slice_holding(self, driver: str, pool: str, device: str) -> dict[str, Any] | None:
+        """The spec of a stored slice of ``driver``'s ``pool`` listing ``device``."""
+        for obj in self._objects["resourceslices"].values():
+            spec: dict[str, Any] = obj["spec"]
+            if (
+                spec.get("driver") == driver
+                and (spec.get("pool") or {}).get("name") == pool
+                and any(listed.get("name") == device for listed in spec.get("devices") or [])
+            ):
+                return spec
+        return None
 
     def delete_claim(self, namespace: str, name: str) -> None:
         """The claim goes (its pod stays: the graph edge too, as in the real authorizer)."""
