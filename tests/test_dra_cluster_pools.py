@@ -154,9 +154,12 @@ def test_a_claim_of_the_cluster_pool_is_prepared_as_a_node_pools_and_unprepared(
     kubelet.wait_for(registered, timeout=TIMEOUT)
     assert kubelet.prepare(DRIVER, [(namespace, uid, name)]).claims == result.claims
     assert CdiRuntime([dirs["cdi"]]).environment([cdi_id]) == {SEAT_ENV: "token-1"}
-    assert status_json(serving)["dra"]["claims"] == [
-        {"namespace": namespace, "name": name, "pods": ["app"]}
-    ]
+    report = status_json(serving)
+    assert report["dra"]["claims"] == [{"namespace": namespace, "name": name, "pods": ["app"]}]
+    # The seat's resource, with this node's holder; its count is the cluster's.
+    (seat,) = [resource for resource in report["resources"] if resource["name"] == SEAT]
+    assert [holder["device_ids"] for holder in seat["holders"]] == [["token-1"]]
+    assert seat["slices"] is None
     done = kubelet.unprepare(DRIVER, [(namespace, uid, name)])
     assert (done.error, done.claims[uid].error) == (None, "")
     assert not spec.exists()

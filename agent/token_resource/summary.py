@@ -140,7 +140,7 @@ def _reports(
         if spec.advertise == NODE_STATUS
     ]
     if dra is not None:
-        reports += _dra_reports(dra)
+        reports += _dra_reports(dra, resources)
     return reports
 
 
@@ -161,7 +161,9 @@ def _health_report(probe: ProbeReport | None, count: int) -> HealthReport | None
     )
 
 
-def _dra_reports(dra: DraState) -> list[ResourceReport]:
+def _dra_reports(dra: DraState, resources: Mapping[str, ResourceSpec]) -> list[ResourceReport]:
+    """The node's pools, and the cluster pools whose claims this node prepares (their counts
+    are the cluster's, their holders this node's)."""
     holders: dict[str, list[Holder]] = {}
     for claim in dra.prepared:
         tokens: dict[str, list[str]] = {}
@@ -181,6 +183,12 @@ def _dra_reports(dra: DraState) -> list[ResourceReport]:
             slices=SliceReport(pool.pool, pool.generation, pool.slices),
         )
         for pool in dra.slices.pools
+    ] + [
+        ResourceReport(
+            spec.name, spec.count, DRA, dra.registered is True, tuple(holders.get(spec.name, ()))
+        )
+        for spec in resources.values()
+        if spec.advertise == DRA and spec.cluster_scoped
     ]
 
 
