@@ -237,10 +237,12 @@ def test_the_real_scheduler_holds_pods_on_two_nodes_to_the_pools_count(
     control_plane: ControlPlane, seats: Path, pods: list[str]
 ) -> None:
     """Two tokens for the cluster, three pods over two Nodes: two get a claim on the cluster
-    pool, wherever they are, the third stays Pending; once a pod is gone, it gets the token."""
+    pool, wherever they are, the third stays Pending; once a pod on the other Node is gone,
+    the third gets its token."""
     pool = cluster_pool_name(LICENSE)
-    for index, node in enumerate((ZONE_A, ZONE_B, ZONE_A)):
-        make_pod(control_plane, pods, f"license-{index}", node, LICENSE)
+    wanted = {"license-0": ZONE_A, "license-1": ZONE_B, "license-2": ZONE_A}
+    for name, node in wanted.items():
+        make_pod(control_plane, pods, name, node, LICENSE)
     nodes, (pending,) = wait_for_placement(control_plane, pods, bound=2, refused=1)
     held = {name: allocated(control_plane, name, DRIVER) for name in nodes}
     assert sorted(device for results in held.values() for _, device in results) == [
@@ -252,11 +254,14 @@ def test_the_real_scheduler_holds_pods_on_two_nodes_to_the_pools_count(
     assert condition is not None
     assert "cannot allocate all claims" in condition["message"], condition
 
-    leaving = next(name for name, node in nodes.items() if node != nodes.get(pending, ""))
+    assert nodes == {name: wanted[name] for name in nodes}
+    # The token moves from one Node to the other: a pool of the cluster, not of a node.
+    leaving = next(name for name, node in nodes.items() if node != wanted[pending])
     ((_, freed),) = held[leaving]
     control_plane.admin.request("DELETE", f"{PODS}/{leaving}", {"gracePeriodSeconds": 0})
     pods.remove(leaving)
-    wait_for_placement(control_plane, pods, bound=2, refused=0)
+    nodes, _ = wait_for_placement(control_plane, pods, bound=2, refused=0)
+    assert nodes[pending] == wanted[pending] != wanted[leaving]
     assert allocated(control_plane, pending, DRIVER) == [(pool, freed)]
 
 
