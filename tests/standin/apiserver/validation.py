@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.standin.apiserver.labels import label_key_errors, label_value_errors
+from tests.standin.apiserver.nodeselector import GoText, slice_node_selector
 from tests.standin.apiserver.quantities import canonical_quantity
 from tests.standin.apiserver.wire import Fail, fail
 
@@ -108,6 +109,8 @@ def too_long(field: str, limit: int) -> FieldError:
 
 def _go_value(value: Any) -> str:
     """How field.Error prints a bad value: strings quoted, numbers bare, nil as null."""
+    if isinstance(value, GoText):
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -251,6 +254,10 @@ def _placement(spec: dict[str, Any]) -> list[FieldError]:
             errors.append(invalid("spec.nodeName", node_name, detail))
     if spec.get("nodeSelector") is not None:
         chosen.append("`nodeSelector`")
+        errors += [
+            FieldError(field, kind, value, detail, show_value=value is not None)
+            for field, kind, value, detail in slice_node_selector(spec["nodeSelector"])
+        ]
     for key in ("allNodes", "perDeviceNodeSelection"):
         if spec.get(key) is not None:
             if spec[key] is True:
