@@ -10,7 +10,9 @@ The registry's rules (pkg/registry/coordination/lease/strategy.go with the gener
 registry.Store, k8s.io/apiserver pkg/registry/generic/registry/store.go ``Update``):
 
 - ``AllowUnconditionalUpdate`` is false: a PUT without ``metadata.resourceVersion`` is 422
-  (``metadata.resourceVersion: Invalid value: 0x0: must be specified for an update``), one
+  (``metadata.resourceVersion: Invalid value: 0: must be specified for an update``: the
+  version is a uint64, which ErrorBody in k8s.io/apimachinery pkg/util/validation/field/
+  errors.go prints through json.Marshal), one
   with a stale version 409 Conflict (``Operation cannot be fulfilled on
   leases.coordination.k8s.io "<name>": the object has been modified; ...``). A PATCH is based on
   the stored object, so it only conflicts when it changes the version itself.
@@ -258,7 +260,7 @@ class LeasesMixin(StandinCore):
             error = validation.FieldError(
                 "metadata.resourceVersion",
                 "Invalid value",
-                detail="0x0: must be specified for an update",
+                detail="0: must be specified for an update",
                 show_value=False,
             )
             raise validation.invalid_object("leases", LEASE_GROUP, name, [error])
@@ -356,10 +358,12 @@ def _refusal(error: str) -> Fail:
 
 
 def _mismatch(value: Any, struct: str, field: str, go_type: str) -> Fail:
-    """encoding/json's UnmarshalTypeError (sigs.k8s.io/json keeps its words)."""
+    """encoding/json's UnmarshalTypeError (sigs.k8s.io/json keeps its words; its decode.go
+    ``literalStore``): a number names its text only where the field is a number too (one out
+    of range or with a fraction), else the JSON kind alone."""
     kinds = ((bool, "bool"), (str, "string"), ((int, float), "number"), (dict, "object"))
     kind = next((k for t, k in kinds if isinstance(value, t)), "array")
-    if kind == "number":
+    if kind == "number" and go_type.startswith(("int", "uint", "float")):
         kind = f"number {getattr(value, 'text', value)}"
     return _refusal(
         f"json: cannot unmarshal {kind} into Go struct field {struct}.{field} of type {go_type}"
@@ -385,8 +389,12 @@ def _decode(body: bytes) -> dict[str, Any]:
         if value is None:
             continue
         if field in ("labels", "annotations"):
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            if not isinstance(value, dict):
                 raise _mismatch(value, "ObjectMeta", f"metadata.{field}", "map[string]string")
+            # A wrong value is named by the map's element type.
+            for item in value.values():
+                if not isinstance(item, str):
+                    raise _mismatch(item, "ObjectMeta", f"metadata.{field}", "string")
         elif not isinstance(value, str):
             raise _mismatch(value, "ObjectMeta", f"metadata.{field}", "string")
         kept_metadata[field] = value
@@ -415,8 +423,9 @@ def _decode_spec(spec: dict[str, Any]) -> dict[str, Any]:
                 raise _mismatch(value, "LeaseSpec", path, "int32")
             kept[field] = value
         elif field in _TIMES:
+            # MicroTime.UnmarshalJSON decodes a string first, and the decoder names that type.
             if not isinstance(value, str):
-                raise _mismatch(value, "LeaseSpec", path, "v1.MicroTime")
+                raise _mismatch(value, "LeaseSpec", path, "string")
             try:
                 kept[field] = format_micro_time(parse_micro_time(value))
             except ValueError as error:
