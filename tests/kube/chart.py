@@ -127,7 +127,7 @@ def comparable_overlay_object(overlay: Object) -> Object:
     """The overlay's object with what the API server would default and the chart says
     explicitly: a container's imagePullPolicy (IfNotPresent for a tag other than latest)."""
     overlay = yaml.safe_load(yaml.safe_dump(overlay))
-    if overlay["kind"] == "DaemonSet":
+    if overlay["kind"] in ("DaemonSet", "Deployment"):
         for container in overlay["spec"]["template"]["spec"]["containers"]:
             if not container["image"].endswith(":latest"):
                 container.setdefault("imagePullPolicy", "IfNotPresent")

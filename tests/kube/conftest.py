@@ -18,6 +18,20 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield plane
 
 
+@pytest.fixture(autouse=True)
+def nodes_removed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on the control plane, the Nodes it added are gone with their pods
+    (ControlPlane.remove_added_nodes): tests keep apart by their node names, and a Node left
+    with capacity would take the next tests' pods. Autouse, so set up before the test's other
+    fixtures and torn down after them (its agents stopped first)."""
+    if "control_plane" not in request.fixturenames:
+        yield
+        return
+    plane: ControlPlane = request.getfixturevalue("control_plane")
+    yield
+    plane.remove_added_nodes()
+
+
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     """The real helm (tests/kube/go/helm), with a home of its own for the run."""

@@ -65,6 +65,8 @@ class ControlPlane(ClientConfigMixin):
         self._processes: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = []
         self.startup_seconds: dict[str, float] = {}
         self.admin = self.client(self.ca.client_certificate("admin", ("system:masters",)))
+        # The Nodes add_node made that are still there (remove_added_nodes deletes them).
+        self.added_nodes: list[str] = []
 
     # Processes
 
@@ -324,6 +326,7 @@ class ControlPlane(ClientConfigMixin):
         """A Node as a kubelet of ``kubelet_version`` registers it: capacity, allocatable, its
         version and Ready, so the scheduler places pods on it. Status is a subresource: it is
         written by a second request."""
+        self.added_nodes.append(name)
         self.admin.create(
             "/api/v1/nodes",
             {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}},
@@ -363,3 +366,19 @@ class ControlPlane(ClientConfigMixin):
     def delete_node(self, name: str) -> None:
         with contextlib.suppress(AssertionError):
             self.admin.delete(f"/api/v1/nodes/{name}")
+
+    def remove_added_nodes(self) -> None:
+        """Every Node add_node made, and the pods bound to them, gone: the control plane is
+        shared by the run, and a Node left with a test's capacity would get the next tests'
+        pods (the scheduler places them there). The pods at once (no kubelet would confirm a
+        graceful deletion); a Node's ResourceSlices follow it (their owner reference)."""
+        while self.added_nodes:
+            name = self.added_nodes.pop()
+            bound = self.admin.get(f"/api/v1/pods?fieldSelector=spec.nodeName={name}")
+            for pod in bound["items"]:
+                metadata = pod["metadata"]
+                self.admin.delete(
+                    f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}"
+                    "?gracePeriodSeconds=0"
+                )
+            self.delete_node(name)

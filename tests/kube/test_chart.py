@@ -280,8 +280,14 @@ def test_the_package_holds_the_overlays_files(helm: Helm, tmp_path: Path) -> Non
     helm.output("package", str(CHART), "--destination", str(tmp_path))
     package = tmp_path / f"token-resource-{VERSION}.tgz"
     with tarfile.open(package) as archive:
-        for overlay in ("dra", "node-status"):
-            for name in ("admission.yaml", "rbac.yaml"):
-                packed = archive.extractfile(f"token-resource/files/{overlay}-{name}")
-                assert packed is not None
-                assert packed.read().decode() == (DEPLOY / "overlays" / overlay / name).read_text()
+        linked = {
+            f"{overlay}-{name}": f"{overlay}/{name}"
+            for overlay in ("dra", "node-status")
+            for name in ("admission.yaml", "rbac.yaml")
+        }
+        for name in ("publisher-admission.yaml", "publisher-rbac.yaml"):
+            linked[name] = f"cluster-pools/{name}"
+        for packed_name, overlay_file in linked.items():
+            packed = archive.extractfile(f"token-resource/files/{packed_name}")
+            assert packed is not None
+            assert packed.read().decode() == (DEPLOY / "overlays" / overlay_file).read_text()

@@ -2,8 +2,8 @@
 matching kustomize overlay renders, field by field (the real helm and the real kubectl's
 kustomize). Both are kept: the overlays for `kubectl apply -k`, the chart for Helm; a change to
 one that the other lacks fails here. The DRA and node-status RBAC and admission policies are the
-overlays' own files in both (the chart reads them through files/, links into
-deploy/kubernetes)."""
+overlays' own files in both, and so are the cluster-pools publisher's (the chart reads them
+through files/, links into deploy/kubernetes)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ CASES: dict[str, tuple[tuple[str, ...], str, tuple[Key, ...]]] = {
     ),
     "dra": (("dra.yaml",), "overlays/dra", ()),
     "node-status": (("node-status.yaml",), "overlays/node-status", ()),
+    "cluster-pools": (("cluster-pools.yaml",), "overlays/cluster-pools", ()),
 }
 NAMESPACE = ("Namespace", "", "token-resource")
 

@@ -1,17 +1,23 @@
 """The Helm chart against the real 1.37 API server (tests/kube/controlplane.py): every object
 it renders for every example values file passes the server's validation, and the DRA and
 node-status examples' admission policies, installed for a release of another name in another
-namespace, hold the release's account to its own node's ResourceSlices and extended resources."""
+namespace, hold the release's account to its own node's ResourceSlices and extended resources;
+the cluster-pools example's hold the publisher's account to its driver's cluster slices."""
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.kube.chart import CHART, EXAMPLES, Helm
 from tests.kube.controlplane import ControlPlane
+from tests.kube.test_chart_publisher import OVERLAYS_DRIVER, cluster_pools_values
+from tests.kube.test_cp_cluster_pools import ALL_NODES, PREFIX, assert_denied, cluster_slice
 from tests.kube.test_cp_dra import SLICES, a_slice, slice_refused
 from tests.kube.test_cp_node_status import (
     TOKEN,
@@ -22,6 +28,7 @@ from tests.kube.test_cp_node_status import (
 
 RELEASE, NAMESPACE = "tr-chart", "tr-chart"
 ACCOUNT = "tr-chart-token-resource"
+PUBLISHER = f"{ACCOUNT}-publisher"
 # What the tests may create for real: no DaemonSet (its pods would go to other tests' nodes).
 ACCOUNT_KINDS = {
     "Namespace",
@@ -30,6 +37,8 @@ ACCOUNT_KINDS = {
     "ClusterRoleBinding",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "Role",
+    "RoleBinding",
 }
 
 
@@ -144,3 +153,85 @@ def test_the_charts_node_status_policy_holds_its_account_to_its_nodes_extended_r
     ]
     assert shown[1:] == ["2", TOKEN], (queries, shown)
     assert '"example.com/token":"2"' in shown[0], shown
+
+
+NOTES_DRIVER = "chart-seats.example.com"
+LEASE = f"{NOTES_DRIVER}-cluster-pools"
+
+
+@pytest.fixture
+def publishers_writes_removed(control_plane: ControlPlane) -> Iterator[None]:
+    """The slices the test writes (its names begin with test_cp_cluster_pools' prefix) and the
+    publisher's Lease are gone afterwards."""
+    yield
+    for item in control_plane.admin.get(SLICES)["items"]:
+        if item["metadata"]["name"].startswith(PREFIX):
+            control_plane.admin.delete(f"{SLICES}/{item['metadata']['name']}")
+    control_plane.admin.delete(
+        f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE}"
+    )
+
+
+@pytest.mark.usefixtures("publishers_writes_removed")
+def test_the_charts_publisher_policy_holds_its_account_to_its_drivers_cluster_slices(
+    control_plane: ControlPlane, helm: Helm, tmp_path: Path
+) -> None:
+    """The cluster-pools example with a driver of its own: the release's publisher account may
+    write a cluster slice of that driver and run for its Lease, not write a node's slice nor
+    one of the overlays' driver; then the NOTES' kubectl lines show the Lease and the slice."""
+    node = "chart-publisher"
+    control_plane.add_node(node)
+    values = [cluster_pools_values(tmp_path, NOTES_DRIVER)]
+    objects = rendered(helm, values, "namespace.create=true")
+    apply(control_plane, [item for item in objects if item["kind"] in ACCOUNT_KINDS])
+    token = control_plane.service_account_token(NAMESPACE, PUBLISHER, node)
+    publisher = control_plane.client(token=token)
+    policy = f"{PUBLISHER}-cluster-slices"
+
+    node_slice = cluster_slice("chart-node", {"nodeName": node}, NOTES_DRIVER)
+    assert_denied(
+        slice_refused(control_plane, publisher, node_slice),
+        policy,
+        f"the publisher may only write cluster-wide ResourceSlices, not one of node {node}",
+    )
+    overlays = cluster_slice("chart-overlays", ALL_NODES, OVERLAYS_DRIVER)
+    assert_denied(
+        slice_refused(control_plane, publisher, overlays),
+        policy,
+        f"the publisher may only write the ResourceSlices of driver {NOTES_DRIVER}, not of "
+        f"{OVERLAYS_DRIVER}",
+    )
+    status, stored = publisher.request(
+        "POST", SLICES, cluster_slice("chart-all", ALL_NODES, NOTES_DRIVER)
+    )
+    assert status == 201, stored
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE},
+        "spec": {"holderIdentity": "chart-publisher-a", "leaseDurationSeconds": 15},
+    }
+    status, made = publisher.request("POST", leases, lease)
+    assert status == 201, made
+    status, read = publisher.request("GET", f"{leases}/{LEASE}")
+    assert status == 200, read
+
+    notes = helm.output(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        *(f"--values={path}" for path in values),
+    ).split("NOTES:", 1)[1]
+    (lease_line,) = [line for line in notes.splitlines() if "kubectl get lease" in line]
+    shown = control_plane.kubectl(*shlex.split(lease_line)[1:]).splitlines()
+    assert [row.split()[:2] for row in shown] == [["NAME", "HOLDER"], [LEASE, "chart-publisher-a"]]
+    (slices_line,) = [line for line in notes.splitlines() if "--field-selector" in line]
+    rows = control_plane.kubectl(*shlex.split(slices_line)[1:]).splitlines()
+    assert rows[0].split() == ["NAME", "POOL", "ALL-NODES", "NODE"], rows
+    assert [row.split() for row in rows[1:]] == [
+        [f"{PREFIX}chart-all", "example.com/license", "true", "<none>"]
+    ], rows

@@ -92,15 +92,24 @@ def token_pod(name: str) -> dict[str, Any]:
     }
 
 
+SCHEDULED = "cp-dra"  # the scheduler test's namespace
+
+
 @pytest.fixture
-def device_class_removed(control_plane: ControlPlane) -> Iterator[None]:
-    """The DeviceClass the test applies is taken away afterwards: the chart's tests install
-    one of that name, owned by their release."""
+def device_class_and_pods_removed(control_plane: ControlPlane) -> Iterator[None]:
+    """The DeviceClass the test applies is taken away afterwards (the chart's tests install
+    one of that name, owned by their release), and its pods: the one left Pending would be
+    placed on the next test's Node with example.com/token (the bound ones go with their
+    Node, conftest.py)."""
     yield
     control_plane.admin.delete(f"{RESOURCE_API}/deviceclasses/token.example.com")
+    pods = f"/api/v1/namespaces/{SCHEDULED}/pods"
+    status, listed = control_plane.admin.request("GET", pods)
+    for pod in listed["items"] if status == 200 else ():
+        control_plane.admin.delete(f"{pods}/{pod['metadata']['name']}?gracePeriodSeconds=0")
 
 
-@pytest.mark.usefixtures("device_class_removed")
+@pytest.mark.usefixtures("device_class_and_pods_removed")
 def test_slices_with_taints_the_device_class_and_the_real_scheduler(
     control_plane: ControlPlane, dra_agent: AgentProcess, dirs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -144,7 +153,7 @@ def test_slices_with_taints_the_device_class_and_the_real_scheduler(
     device_class = control_plane.admin.get(f"{RESOURCE_API}/deviceclasses/token.example.com")
     assert device_class["spec"]["extendedResourceName"] == TOKEN
 
-    namespace = "cp-dra"
+    namespace = SCHEDULED
     control_plane.ensure("/api/v1/namespaces", {"metadata": {"name": namespace}})
     pods = f"/api/v1/namespaces/{namespace}/pods"
     wait_until(

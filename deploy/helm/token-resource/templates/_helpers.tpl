@@ -95,27 +95,38 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "token-resource.fullna
 {{- end }}
 
 {{/* An overlay's RBAC and admission policies (.files: the chart's files/ that link to them),
-     renamed for the release and holding its own ServiceAccount; called with
+     renamed for the release and holding its own ServiceAccounts: the overlays' names begin
+     with token-resource (the agent's account, token-resource-publisher the publisher's), the
+     release's with its fullname. Optional: .namespace, where the overlay's namespaced objects
+     go (the release's namespace by default); .driver, the [dra] driver that replaces the
+     overlays' tokens.example.com (in a policy's expressions, a Lease's name). Called with
      (dict "root" $ "files" (list ...)). */}}
 {{- define "token-resource.overlayObjects" -}}
 {{- $root := .root }}
 {{- $fullname := include "token-resource.fullname" $root }}
+{{- $namespace := .namespace | default $root.Release.Namespace }}
 {{- $labels := fromYaml (include "token-resource.labels" $root) }}
 {{- $texts := list }}
 {{- range .files }}
 {{- $texts = append $texts ($root.Files.Get .) }}
 {{- end }}
 {{- $text := join "\n---\n" $texts }}
-{{- $text = replace "system:serviceaccount:token-resource:token-resource" (include "token-resource.username" $root) $text }}
+{{- $text = regexReplaceAll "system:serviceaccount:token-resource:token-resource([-a-z0-9]*)" $text (printf "%s${1}" (include "token-resource.username" $root)) }}
+{{- if .driver }}
+{{- $text = replace "tokens.example.com" .driver $text }}
+{{- end }}
 {{- range $document := regexSplit "(?m)^---\\s*$" $text -1 }}
 {{- $object := fromYaml $document }}
 {{- if $object }}
 {{- $_ := set $object.metadata "name" (regexReplaceAll "^token-resource" $object.metadata.name $fullname) }}
 {{- $_ = set $object.metadata "labels" (merge (deepCopy $labels) (get $object.metadata "labels" | default dict)) }}
+{{- if hasKey $object.metadata "namespace" }}
+{{- $_ = set $object.metadata "namespace" $namespace }}
+{{- end }}
 {{- if hasKey $object "roleRef" }}
 {{- $_ = set $object.roleRef "name" (regexReplaceAll "^token-resource" $object.roleRef.name $fullname) }}
 {{- range $object.subjects }}
-{{- $_ = set . "name" $fullname }}
+{{- $_ = set . "name" (regexReplaceAll "^token-resource" .name $fullname) }}
 {{- $_ = set . "namespace" $root.Release.Namespace }}
 {{- end }}
 {{- end }}
@@ -152,4 +163,53 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "token-resource.fullna
 {{- $config := fromJson (include "token-resource.config" .) }}
 {{- $listen := dig "metrics" "listen" "" $config }}
 {{- if $listen }}{{ regexFind "[0-9]+$" $listen }}{{ end }}
+{{- end }}
+
+{{/* The DRA driver, [dra] driver (the agent's default: token-resource). */}}
+{{- define "token-resource.driver" -}}
+{{- dig "dra" "driver" "token-resource" (fromJson (include "token-resource.config" .)) }}
+{{- end }}
+
+{{/* The names of the resources with scope = "cluster" (cluster pools), as a JSON list. */}}
+{{- define "token-resource.clusterResources" -}}
+{{- $config := fromJson (include "token-resource.config" .) }}
+{{- $names := list }}
+{{- range $name, $spec := (get $config "resources" | default dict) }}
+{{- if and (kindIs "map" $spec) (eq (get $spec "scope" | toString) "cluster") }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- end }}
+{{- toJson (sortAlpha $names) }}
+{{- end }}
+
+{{/* Whether the cluster pools' publisher is installed: clusterPools.publisher.enabled, or,
+     left null, whether a resource has scope = "cluster". "true" or "". */}}
+{{- define "token-resource.publisher" -}}
+{{- $enabled := .Values.clusterPools.publisher.enabled }}
+{{- if kindIs "bool" $enabled }}{{ if $enabled }}true{{ end }}
+{{- else if fromJsonArray (include "token-resource.clusterResources" .) }}true
+{{- end }}
+{{- end }}
+
+{{/* The publisher's name: its Deployment, ServiceAccount and pods' instance label (its own, so
+     that the DaemonSet's selector never takes its pods). */}}
+{{- define "token-resource.publisherName" -}}
+{{- printf "%s-publisher" (include "token-resource.fullname" .) }}
+{{- end }}
+
+{{- define "token-resource.publisherSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "token-resource.name" . }}
+app.kubernetes.io/instance: {{ include "token-resource.publisherName" . }}
+{{- end }}
+
+{{- define "token-resource.publisherLabels" -}}
+{{- $labels := fromYaml (include "token-resource.labels" .) }}
+{{- $_ := set $labels "app.kubernetes.io/instance" (include "token-resource.publisherName" .) }}
+{{- $_ = set $labels "app.kubernetes.io/component" "publisher" }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{/* Where the publishers' Lease is: [kubernetes] lease_namespace, else the pods' namespace. */}}
+{{- define "token-resource.leaseNamespace" -}}
+{{- dig "kubernetes" "lease_namespace" .Release.Namespace (fromJson (include "token-resource.config" .)) }}
 {{- end }}
