@@ -93,7 +93,8 @@ def unoffered(count: int, free: int, allocated: frozenset[int]) -> frozenset[int
 
 class ClusterSlicePublisher(SlicePublisher):
     """Keeps the driver's cluster pools (``pools`` by resource; a PoolWanted's ``unhealthy``
-    is read as seats not free: ``count - len(unhealthy)`` are) while ``leading()``."""
+    is read as seats not free: ``count - len(unhealthy)`` are) while ``holder()`` says this one
+    leads."""
 
     def __init__(
         self,
@@ -111,9 +112,6 @@ class ClusterSlicePublisher(SlicePublisher):
         """This one leads now: its next sync writes every pool as a new generation."""
         self._rewrite = {cluster_pool_name(resource) for resource in self.wanted.pools}
         self.resync()
-
-    def generation(self, pool: str) -> int | None:
-        return self._generations.get(pool)
 
     def _scope(self, wanted: Wanted) -> SliceScope:
         return SliceScope(
