@@ -23,13 +23,15 @@ def nodes_removed(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test on the control plane, the Nodes it added are gone with their pods
     (ControlPlane.remove_added_nodes): tests keep apart by their node names, and a Node left
     with capacity would take the next tests' pods. Autouse, so set up before the test's other
-    fixtures and torn down after them (its agents stopped first)."""
+    function-scoped fixtures and torn down after them (its agents stopped first); the Nodes of
+    module-scoped fixtures, set up before it, are theirs to remove."""
     if "control_plane" not in request.fixturenames:
         yield
         return
     plane: ControlPlane = request.getfixturevalue("control_plane")
+    kept = len(plane.added_nodes)
     yield
-    plane.remove_added_nodes()
+    plane.remove_added_nodes(kept)
 
 
 @pytest.fixture(scope="session")

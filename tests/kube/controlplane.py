@@ -364,15 +364,18 @@ class ControlPlane(ClientConfigMixin):
         )
 
     def delete_node(self, name: str) -> None:
+        if name in self.added_nodes:
+            self.added_nodes.remove(name)
         with contextlib.suppress(AssertionError):
             self.admin.delete(f"/api/v1/nodes/{name}")
 
-    def remove_added_nodes(self) -> None:
-        """Every Node add_node made, and the pods bound to them, gone: the control plane is
-        shared by the run, and a Node left with a test's capacity would get the next tests'
-        pods (the scheduler places them there). The pods at once (no kubelet would confirm a
-        graceful deletion); a Node's ResourceSlices follow it (their owner reference)."""
-        while self.added_nodes:
+    def remove_added_nodes(self, kept: int = 0) -> None:
+        """Every Node add_node made but the first ``kept`` (a wider fixture's, still in use),
+        and the pods bound to them, gone: the control plane is shared by the run, and a Node
+        left with a test's capacity would get the next tests' pods (the scheduler places them
+        there). The pods at once (no kubelet would confirm a graceful deletion); a Node's
+        ResourceSlices follow it (their owner reference)."""
+        while len(self.added_nodes) > kept:
             name = self.added_nodes.pop()
             bound = self.admin.get(f"/api/v1/pods?fieldSelector=spec.nodeName={name}")
             for pod in bound["items"]:
