@@ -1,7 +1,7 @@
 """A Kubernetes API server stand-in over HTTPS: the Node object and its ``status`` subresource,
 Pods (pods.py), resource.k8s.io/v1 (ResourceSlices, ResourceClaims, DeviceClasses;
-resources.py, watch.py, validation.py, scheduler.py, discovery.py) and coordination.k8s.io/v1
-Leases (leases.py).
+resources.py, watch.py, validation.py, placement.py, scheduler.py, discovery.py) and
+coordination.k8s.io/v1 Leases (leases.py).
 
 For Nodes, it answers the requests a node agent makes when it advertises extended resources
 through the Node status, the way a real API server (1.32 to 1.36) answers them:
@@ -56,7 +56,9 @@ as a real one does; with ``kubelet_sync=False`` the test calls :meth:`ApiServerS
 Test hooks: :meth:`~ApiServerStandin.reset_capacity` (the kubelet or a node re-creation
 dropping extended resources behind the agent's back), :meth:`~ApiServerStandin.set_capacity`,
 :meth:`~ApiServerStandin.fail_requests` (500 for one method and path),
-``add_node``/``delete_node``, ``stop``/``start`` on the same port, the request log,
+``add_node``/``delete_node``, ``stop``/``start`` on the same port, ``cut_off``/``reconnect``
+(a client's requests hang as in a network partition: partition.py), the request log (with
+each request's changes: ``ApiServerView.slice_writes`` says who wrote which slice),
 :meth:`~ApiServerStandin.wait_for` and :meth:`~ApiServerStandin.write_kubeconfig`; for
 resource.k8s.io (scheduler.py): ``allocate_claim``, ``deallocate``, ``delete_claim``,
 ``delete_pod``, ``add_device_class``, ``delete_slices``, ``compact``.
@@ -85,6 +87,7 @@ from tests.standin.apiserver.certificates import (
     client_context,
 )
 from tests.standin.apiserver.nodes import DEFAULT_CAPACITY, new_node
+from tests.standin.apiserver.partition import HeldRequest
 from tests.standin.apiserver.patches import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -94,7 +97,7 @@ from tests.standin.apiserver.patches import (
 from tests.standin.apiserver.quantities import canonical_quantity
 from tests.standin.apiserver.scheduler import EXTENDED_CLAIM_ANNOTATION
 from tests.standin.apiserver.server import ApiServerStandin
-from tests.standin.apiserver.view import ApiServerView, PoolView
+from tests.standin.apiserver.view import ApiServerView, PoolView, SliceWrite
 from tests.standin.apiserver.wire import LoggedRequest, status_object
 
 __all__ = [
@@ -114,10 +117,12 @@ __all__ = [
     "ApiServerView",
     "CertificateAuthority",
     "ClientCertificate",
+    "HeldRequest",
     "KeyPair",
     "LoggedRequest",
     "PoolView",
     "Rule",
+    "SliceWrite",
     "canonical_quantity",
     "client_context",
     "new_node",

@@ -8,10 +8,12 @@ does not exist gets 403, not 404):
 - A node identity, as the Node authorizer (node_authorizer.go, ``authorizeResourceSlice``,
   ``authorizeGet``; graph.go ``AddPod``, ``AddResourceSlice``) and NodeRestriction
   (admission.go, ``admitResourceSlice``) decide: create any slice, but NodeRestriction refuses
-  one whose ``spec.nodeName`` is not the node ("can only create ResourceSlice with the same
-  NodeName as the requesting node"); get, update, patch, delete a slice only if the stored one
-  has ``spec.nodeName`` = the node ("no relationship found between node '<n>' and this
-  object"); list, watch, deletecollection only with a field selector requirement
+  one whose ``spec.nodeName`` is not the node, a cluster-scoped one (``allNodes``,
+  ``nodeSelector``) included ("can only create ResourceSlice with the same NodeName as the
+  requesting node"; "can only delete ..." for each object a deletecollection would delete;
+  updates are the Node authorizer's alone); get, update, patch, delete a slice only if the
+  stored one has ``spec.nodeName`` = the node ("no relationship found between node '<n>' and
+  this object"); list, watch, deletecollection only with a field selector requirement
   ``spec.nodeName=<node>`` ("can only list/watch/deletecollection resourceslices with nodeName
   field selector", AuthorizeNodeWithSelectors, on by default since 1.32); no subresources. A
   slice cannot move to another node: ``spec.nodeName`` (like ``driver`` and ``pool.name``) is

@@ -6,6 +6,7 @@ what other components do), kubeconfig.py (client configuration)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import errno
 import socket
 import ssl
@@ -22,6 +23,7 @@ from tests.standin.apiserver.discovery import discovery
 from tests.standin.apiserver.kubeconfig import ClientConfigMixin
 from tests.standin.apiserver.leases import LEASE_PATH, LeasesMixin
 from tests.standin.apiserver.nodes import NODE_PATH, NodesMixin
+from tests.standin.apiserver.partition import Cuts, HeldRequest, PartitionMixin
 from tests.standin.apiserver.pods import POD_PATH, PodsMixin
 from tests.standin.apiserver.resources import KINDS, ResourcesMixin
 from tests.standin.apiserver.scheduler import SchedulerMixin
@@ -52,7 +54,13 @@ def version_info(version: str) -> dict[str, str]:
 
 
 class ApiServerStandin(
-    NodesMixin, ResourcesMixin, PodsMixin, LeasesMixin, SchedulerMixin, ClientConfigMixin
+    NodesMixin,
+    ResourcesMixin,
+    PodsMixin,
+    LeasesMixin,
+    SchedulerMixin,
+    PartitionMixin,
+    ClientConfigMixin,
 ):
     """The API server, serving HTTPS on 127.0.0.1 on a port chosen at construction (or
     given) and kept across stop/start: :attr:`url` and kubeconfigs are valid before the
@@ -113,6 +121,7 @@ class ApiServerStandin(
         self._tls_failures: list[str] = []
         self._connections = 0
         self._failing: tuple[str, str] | None = None  # (method, path) answered with 500
+        self._cuts = Cuts()  # clients cut off (partition.py)
         for name in nodes:
             self.add_node(name)
         for token, allowed in (tokens or {}).items():
@@ -254,20 +263,31 @@ class ApiServerStandin(
         body: bytes,
         peer_cert: Mapping[str, Any] | None,
         connection: int,
-    ) -> Reply:
+        gone: Callable[[], bool] = lambda: False,
+    ) -> Reply | None:
+        """The answer, or None for none at all: a cut-off client's request dropped
+        (partition.py); ``gone`` says whether the client gave up waiting."""
         url = urlsplit(target)
         content_type = headers.get("content-type")
         identity: Identity | None = None
         with self._cond:
+            before = self._revision
             try:
                 if method == "GET" and url.path == "/version":
                     reply = Reply(200, dict(self._version_info))
                 else:
                     identity = self.authorizer.authenticate(headers.get("authorization"), peer_cert)
+                    held = HeldRequest(method, url.path, url.query, identity.user)
+                    if not self._hold(identity, held, gone):
+                        return None
+                    before = self._revision  # the writes of others while it was held
                     if self._failing == (method, url.path):
                         message = "Internal error occurred: etcdserver: request timed out"
                         raise fail(500, "InternalError", message, {})
                     reply = self._route(method, url.path, url.query, content_type, body, identity)
+                    if reply.stream is not None:
+                        stream = self._held_stream(reply.stream, identity, held, gone)
+                        reply = dataclasses.replace(reply, stream=stream)
             except Fail as failure:
                 reply = failure.reply
             self._requests.append(
@@ -282,6 +302,7 @@ class ApiServerStandin(
                     copy.deepcopy(reply.body),
                     reply.error,
                     connection,
+                    self._history.since(before),
                 )
             )
             self._changed(str(self._requests[-1]))
@@ -346,6 +367,8 @@ class ApiServerStandin(
             copy.deepcopy(self._pods),
             self._connections,
             leases=copy.deepcopy(self._leases),
+            held=tuple(self._cuts.held),
+            dropped=tuple(self._cuts.dropped),
         )
 
     def _changed(self, event: str) -> None:

@@ -3,9 +3,11 @@ paths and words (pkg/apis/resource/validation/validation.go: ``ValidateResourceS
 ``validateResourceSliceSpec``, ``validateResourcePool``, ``validatePoolName``,
 ``validateDevice``, ``validateDeviceAttribute``, ``validateQualifiedName``; the driver name is
 ``corevalidation.ValidateCSIDriverName``: at most 63 characters, a DNS subdomain once
-lowercased). Errors become one 422 ``Invalid`` status (apimachinery errors.NewInvalid): the
-message ``ResourceSlice.resource.k8s.io "<name>" is invalid: <error>`` (several errors in
-``[..., ...]``), each error also a cause with its ``field``.
+lowercased). Errors become one 422 ``Invalid`` status (apimachinery errors.NewInvalid,
+fielderrors.py): the message ``ResourceSlice.resource.k8s.io "<name>" is invalid: <error>``
+(several errors in ``[..., ...]``), each error also a cause with its ``field``. Where the
+slice and its devices are available (``nodeName``, ``nodeSelector``, ``allNodes``,
+``perDeviceNodeSelection``): placement.py.
 
 Limits (pkg/apis/resource/types.go): 128 devices per slice, 32 attributes plus capacities per
 device, attribute names ``<C identifier>`` or ``<DNS subdomain>/<C identifier>`` (domain at
@@ -18,21 +20,52 @@ at most 16 per device; a slice in which any device has one holds at most 64 devi
 a label key (``metav1validation.ValidateLabelName``: labels.py), ``value`` empty or a label
 value, ``effect`` required and one of None, NoSchedule, NoExecute. On an update a device
 whose taints equal those of the stored device of that name is not checked again.
-``timeAdded`` is the decoder's (taints.py). Not checked: node selectors' contents, shared
-counters and the 64-device limit they (and list-type attributes) also set, consumable
-capacity's request policies (the agent uses none of them).
+``timeAdded`` is the decoder's (taints.py). Not checked: shared counters and the 64-device
+limit they (and list-type attributes) also set, consumable capacity's request policies (the
+agent uses none of them).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
+from tests.standin.apiserver.fielderrors import (
+    FieldError,
+    dns_label,
+    invalid,
+    invalid_object,
+    required,
+    subdomain,
+    too_long,
+)
 from tests.standin.apiserver.labels import label_key_errors, label_value_errors
+from tests.standin.apiserver.placement import device_placement, slice_placement
 from tests.standin.apiserver.quantities import canonical_quantity
-from tests.standin.apiserver.wire import Fail, fail
+
+# The field-error primitives moved to fielderrors.py; callers still reach them here.
+__all__ = [
+    "MAX_ATTRIBUTES_AND_CAPACITIES",
+    "MAX_DEVICES",
+    "MAX_DEVICES_WITH_TAINTS",
+    "MAX_DRIVER_LENGTH",
+    "MAX_ID_LENGTH",
+    "MAX_POOL_NAME_LENGTH",
+    "MAX_TAINTS",
+    "MAX_VALUE_LENGTH",
+    "TAINT_EFFECTS",
+    "FieldError",
+    "device_taints",
+    "dns_label",
+    "driver_name",
+    "invalid",
+    "invalid_object",
+    "object_name",
+    "required",
+    "resource_slice",
+    "subdomain",
+    "too_long",
+]
 
 MAX_DEVICES = 128
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
@@ -43,121 +76,17 @@ MAX_POOL_NAME_LENGTH = 253
 MAX_TAINTS = 16
 MAX_DEVICES_WITH_TAINTS = 64
 TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")  # in the order sets.List gives them
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
-_DNS_LABEL = re.compile(_LABEL)
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER = r"(0|[1-9]\d*)"
 _PRE = r"(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
 _SEMVER = re.compile(
     rf"{_NUMBER}\.{_NUMBER}\.{_NUMBER}(-{_PRE}(\.{_PRE})*)?(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?"
 )
-_SUBDOMAIN_MESSAGE = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-_LABEL_MESSAGE = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
-    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
 _C_IDENTIFIER_MESSAGE = (
     "a valid C identifier must start with alphabetic character or '_', followed by a string of "
     "alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex used "
     "for validation is '[A-Za-z_][A-Za-z0-9_]*')"
 )
-_ONE_OF = (
-    "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
-)
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One entry of a field.ErrorList."""
-
-    field: str
-    kind: str  # "Invalid value", "Required value", "Duplicate value", "Too long", "Too many",
-    # "Unsupported value"
-    value: Any = None
-    detail: str = ""
-    show_value: bool = True
-
-    def body(self) -> str:
-        text = self.kind
-        if self.show_value:
-            text += f": {_go_value(self.value)}"
-        return f"{text}: {self.detail}" if self.detail else text
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.body()}"
-
-
-def invalid(field: str, value: Any, detail: str) -> FieldError:
-    return FieldError(field, "Invalid value", value, detail)
-
-
-def required(field: str, detail: str = "") -> FieldError:
-    return FieldError(field, "Required value", detail=detail, show_value=False)
-
-
-def too_long(field: str, limit: int) -> FieldError:
-    detail = f"may not be more than {limit} bytes"
-    return FieldError(field, "Too long", detail=detail, show_value=False)
-
-
-def _go_value(value: Any) -> str:
-    """How field.Error prints a bad value: strings quoted, numbers bare, nil as null."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    return "null" if value is None else json.dumps(value)
-
-
-_REASONS = {
-    "Invalid value": "FieldValueInvalid",
-    "Required value": "FieldValueRequired",
-    "Duplicate value": "FieldValueDuplicate",
-    "Too long": "FieldValueTooLong",
-    "Too many": "FieldValueTooMany",
-    "Unsupported value": "FieldValueNotSupported",
-    "Forbidden": "FieldValueForbidden",
-}
-
-
-def invalid_object(kind: str, group: str, name: str, errors: list[FieldError]) -> Fail:
-    """apimachinery's errors.NewInvalid: 422 with every error as a cause."""
-    qualified = f"{kind}.{group}" if group else kind
-    shown = str(errors[0]) if len(errors) == 1 else f"[{', '.join(map(str, errors))}]"
-    causes = [
-        {"reason": _REASONS[error.kind], "message": error.body(), "field": error.field}
-        for error in errors
-    ]
-    details = {"name": name, "group": group, "kind": kind, "causes": causes}
-    return fail(422, "Invalid", f'{qualified} "{name}" is invalid: {shown}', details)
-
-
-def subdomain(value: str, field: str) -> list[FieldError]:
-    """IsDNS1123Subdomain."""
-    errors = []
-    if len(value) > 253:
-        errors.append(invalid(field, value, "must be no more than 253 characters"))
-    if not _SUBDOMAIN.fullmatch(value):
-        errors.append(invalid(field, value, _SUBDOMAIN_MESSAGE))
-    return errors
-
-
-def dns_label(value: str, field: str) -> list[FieldError]:
-    """IsDNS1123Label."""
-    errors = []
-    if len(value) > 63:
-        errors.append(invalid(field, value, "must be no more than 63 characters"))
-    if not _DNS_LABEL.fullmatch(value):
-        errors.append(invalid(field, value, _LABEL_MESSAGE))
-    return errors
 
 
 def driver_name(value: Any, field: str) -> list[FieldError]:
@@ -192,7 +121,8 @@ def resource_slice(spec: Any, old: dict[str, Any] | None = None) -> list[FieldEr
         ):
             if new_value != old_value:
                 errors.append(invalid(field, new_value, "field is immutable"))
-    errors += _placement(spec)
+    errors += slice_placement(spec)
+    per_device = spec.get("perDeviceNodeSelection") is True
     devices = [device if isinstance(device, dict) else {} for device in spec.get("devices") or []]
     tainted = any(device.get("taints") for device in devices)  # haveDeviceTaints
     limit = MAX_DEVICES_WITH_TAINTS if tainted else MAX_DEVICES
@@ -210,6 +140,7 @@ def resource_slice(spec: Any, old: dict[str, Any] | None = None) -> list[FieldEr
         name = device.get("name")
         if old is None or name not in stored or stored[name] != (device.get("taints") or []):
             errors += device_taints(device.get("taints"), f"{path}.taints")
+        errors += device_placement(device, path, per_device)
         if isinstance(name, str) and name in seen:
             errors.append(FieldError(f"spec.devices[{index}]", "Duplicate value", name))
         seen.add(name if isinstance(name, str) else "")
@@ -234,36 +165,6 @@ def _pool(pool: dict[str, Any]) -> list[FieldError]:
     if not isinstance(generation, int) or generation < 0:
         detail = "must be greater than or equal to zero"
         errors.append(invalid("spec.pool.generation", generation, detail))
-    return errors
-
-
-def _placement(spec: dict[str, Any]) -> list[FieldError]:
-    """Exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection."""
-    errors: list[FieldError] = []
-    chosen = []
-    node_name = spec.get("nodeName")
-    if node_name is not None:
-        if node_name:
-            chosen.append("`nodeName`")
-            errors += subdomain(node_name, "spec.nodeName")
-        else:
-            detail = "must be either unset or set to a non-empty string"
-            errors.append(invalid("spec.nodeName", node_name, detail))
-    if spec.get("nodeSelector") is not None:
-        chosen.append("`nodeSelector`")
-    for key in ("allNodes", "perDeviceNodeSelection"):
-        if spec.get(key) is not None:
-            if spec[key] is True:
-                chosen.append(f"`{key}`")
-            else:
-                errors.append(
-                    invalid(f"spec.{key}", spec[key], "must be either unset or set to true")
-                )
-    if not chosen:
-        errors.append(required("spec", _ONE_OF))
-    elif len(chosen) > 1:
-        shown = "{" + ", ".join(chosen) + "}"
-        errors.append(invalid("spec", shown, f"{_ONE_OF}, but multiple fields are set"))
     return errors
 
 

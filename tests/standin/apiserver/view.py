@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.standin.apiserver.nodes import node_of
+from tests.standin.apiserver.partition import HeldRequest
 from tests.standin.apiserver.wire import LoggedRequest
 from tests.standin.kubelet import is_extended_resource_name
 
@@ -32,6 +33,22 @@ class PoolView:
 
 
 @dataclass(frozen=True)
+class SliceWrite:
+    """One write of a ResourceSlice by a client, from the request log: who wrote which slice
+    of which pool generation. A test hook's writes (``delete_slices``) are no client's and
+    not listed."""
+
+    author: str  # the user the request authenticated as
+    type: str  # ADDED, MODIFIED or DELETED
+    name: str
+    driver: str
+    pool: str
+    generation: int  # the pool generation it wrote (for a deletion: the deleted slice's)
+    node: str | None  # spec.nodeName, None for a slice not bound to one node
+    revision: int  # its place among all writes
+
+
+@dataclass(frozen=True)
 class ApiServerView:
     """A copy of the stand-in's state (objects are deep copies: change them freely)."""
 
@@ -46,6 +63,8 @@ class ApiServerView:
     pods: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # "<ns>/<name>" -> Pod
     connections: int = 0  # connections whose TLS handshake completed, across restarts
     leases: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # "<ns>/<name>" -> Lease
+    held: tuple[HeldRequest, ...] = ()  # requests of cut-off clients, waiting (partition.py)
+    dropped: tuple[HeldRequest, ...] = ()  # held requests never served: their clients gave up
 
     def annotations(self, node: str) -> dict[str, str]:
         return dict(self.nodes[node]["metadata"].get("annotations") or {})
@@ -80,6 +99,33 @@ class ApiServerView:
             if (node is None or obj["spec"].get("nodeName") == node)
             and (driver is None or obj["spec"].get("driver") == driver)
         ]
+
+    def slice_writes(self, driver: str | None = None, pool: str | None = None) -> list[SliceWrite]:
+        """Every write of a slice (of that driver, that pool) through the API, oldest first."""
+        writes = []
+        for request in self.requests:
+            for change in request.changes:
+                spec = change.obj.get("spec") or {}
+                pool_of = spec.get("pool") or {}
+                if (
+                    change.collection != "resourceslices"
+                    or (driver is not None and spec.get("driver") != driver)
+                    or (pool is not None and pool_of.get("name") != pool)
+                ):
+                    continue
+                writes.append(
+                    SliceWrite(
+                        request.identity or "",
+                        change.type,
+                        change.obj["metadata"]["name"],
+                        spec.get("driver") or "",
+                        pool_of.get("name") or "",
+                        int(pool_of.get("generation", 0)),
+                        spec.get("nodeName"),
+                        change.revision,
+                    )
+                )
+        return writes
 
     def pools(self, node: str, driver: str) -> dict[str, PoolView]:
         """The pools of a driver on a node, by pool name."""

@@ -103,6 +103,15 @@ class History:
             self.oldest = self.changes[0].revision
         self.changes.append(change)
 
+    def since(self, revision: int) -> tuple[Change, ...]:
+        """The changes after ``revision`` that it still holds, oldest first."""
+        newer = []
+        for change in reversed(self.changes):
+            if change.revision <= revision:
+                break
+            newer.append(change)
+        return tuple(reversed(newer))
+
     def compact(self, revision: int) -> None:
         """Forget every change up to ``revision``, as an etcd compaction does."""
         while self.changes and self.changes[0].revision <= revision:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import select
 import socket
 import ssl
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # watch.py builds on this module
+    from tests.standin.apiserver.watch import Change
 
 LOG = logging.getLogger("apiserver-standin")
 
@@ -93,6 +97,10 @@ class LoggedRequest:
     error: str | None = None  # why a patch failed, in the library's words (never sent)
     # The connection it came on: 1 for the first whose TLS handshake completed, and so on.
     connection: int = 0
+    # What it wrote, oldest first, as watches see it (Nodes have no watch: not listed): with
+    # ``identity``, the record of who wrote what. A refused request may have written some (a
+    # deletecollection that an admission policy stops part way).
+    changes: tuple[Change, ...] = ()
 
     def json(self) -> Any:
         """The request body as JSON."""
@@ -124,7 +132,10 @@ class Handles(Protocol):
         body: bytes,
         peer_cert: Mapping[str, Any] | None,
         connection: int,
-    ) -> Reply: ...
+        gone: Callable[[], bool],
+    ) -> Reply | None:
+        """None: no answer at all; the connection is closed."""
+        ...
 
     def connected(self) -> int:
         """A connection's handshake completed: its number."""
@@ -222,8 +233,21 @@ class _Handler(BaseHTTPRequestHandler):
             body,
             self.request.getpeercert(),
             self.connection_number,
+            self._client_gone,
         )
+        if reply is None:
+            self.close_connection = True
+            return
         self._send(reply)
+
+    def _client_gone(self) -> bool:
+        """Whether the client gave up on the request it waits for an answer to: its connection
+        became readable (closed, or more sent, which an HTTP/1.1 client waiting never does)."""
+        try:
+            readable, _, _ = select.select([self.request], [], [], 0)
+        except (OSError, ValueError):  # closed under it
+            return True
+        return bool(readable) or self.request.pending() > 0
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
