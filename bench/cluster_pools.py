@@ -12,6 +12,7 @@ pool generation); the publisher stopped is started again as the next stand-by.
 
 from __future__ import annotations
 
+import random
 import signal
 import tempfile
 import time
@@ -25,12 +26,15 @@ from bench.support import TIMEOUT, Sample, resource_names
 from tests.cluster_publishers import (
     DEFAULT_TIMING,
     DRIVER,
+    LEASES_PATH,
+    account,
     lease_writes,
     name_of,
     publishers,
 )
 from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
+from token_resource.apiserver.leaderrecord import JITTER_FACTOR
 from token_resource.config.model import KubernetesSettings
 
 POOLS = 10
@@ -72,6 +76,9 @@ class Publishers:
         leader = self.holder()
         process = self.running[leader]
         assert process.process is not None
+        # At a random point of the stand-by's tries (every retry period x 1 to 2.2), as a stop
+        # would come in a cluster; not just after the restarted one's first try.
+        time.sleep(random.uniform(0, RETRY * (1 + JITTER_FACTOR)))
         stopped = time.monotonic()
         process.signal(how)
         status = process.process.wait(TIMEOUT)
@@ -90,7 +97,16 @@ class Publishers:
         view = self.apiserver.wait_for(lambda v: first_write(v) is not None, timeout=TIMEOUT)
         written = first_write(view)
         assert written is not None
-        process.start()  # the next stand-by
+        restarted = time.monotonic()
+        process.start()  # the next stand-by, once it has read the Lease
+        user = account(leader)
+        self.apiserver.wait_for(
+            lambda v: any(
+                r.identity == user and LEASES_PATH in r.path and r.at > restarted
+                for r in v.requests
+            ),
+            timeout=TIMEOUT,
+        )
         return written - stopped
 
     def idle(self, seconds: float) -> tuple[CpuUse, CpuUse]:
@@ -180,9 +196,13 @@ def cluster_pools_section(scale: Scale) -> Section:
         f"Failover is timed from the signal to the stand-in serving the survivor's first slice "
         f"write. After SIGKILL the survivor takes the Lease only once its record has stood "
         f"unchanged for {LEASE:g} s on its own clock, at a try (every {RETRY:g} s to "
-        f"{RETRY * 2.2:g} s, client-go's jitter), so it lands between {LEASE - RETRY:g} and "
-        f"~{LEASE + 2.2 * RETRY:g} s after the last renewal; after SIGTERM the holder empties "
-        "the Lease as it stops and the stand-by takes it at its next try. Idle: over "
+        f"{RETRY * (1 + JITTER_FACTOR):g} s, client-go's jitter), so it lands between "
+        f"{LEASE - RETRY:g} and "
+        f"~{LEASE + (1 + JITTER_FACTOR) * RETRY:g} s after the last renewal; after SIGTERM the "
+        "holder empties the Lease as it stops and the stand-by takes it at its next try, up to "
+        f"{RETRY * (1 + JITTER_FACTOR):g} s later. Each stop comes at a random point of the "
+        "stand-by's tries (the stopped publisher is started again as the next stand-by, and the "
+        "next stop waits for its first try and then a random time up to that). Idle: over "
         f"{seconds:g} s with nothing changing, the holder renews every {RETRY:g} s and "
         "watches the slices; the stand-by reads the Lease every 2 to 4.4 s and watches too. "
         "Own CPU as in the other idle sections (the threads' schedstat, beside the ticks of "
