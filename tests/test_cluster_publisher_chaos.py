@@ -226,7 +226,9 @@ def writes_past_deadline(view: ApiServerView, cuts: list[Cut]) -> list[str]:
     return found
 
 
-@seeds()
+# 113: the Lease record still named a holder that had stopped leading (cut off past its
+# deadline, just reconnected), and the round cut it off again waiting for it to lose it.
+@seeds(113)
 def test_random_kills_terms_and_cut_offs_keep_one_writer_and_a_complete_pool(
     apiserver: ApiServerStandin, tmp_path: Path, rng: random.Random
 ) -> None:
