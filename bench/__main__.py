@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from bench.cluster_pools import cluster_pools_section
 from bench.dra import dra_section
 from bench.dra_start import dra_start_section
 from bench.floor import floor_section
@@ -56,6 +57,7 @@ NAMES = (
     "health",
     "probe-idle",
     "dra-start",
+    "cluster-pools",
     "large",
     "compare",
 )
@@ -65,6 +67,7 @@ SECTIONS: dict[str, Callable[[Scale], Section]] = {
     "restart": restart_section,
     "dra": dra_section,
     "dra-start": dra_start_section,
+    "cluster-pools": cluster_pools_section,
     "allocate": allocation_section,
     "reloads": reloads_section,
     "idle": idle_section,

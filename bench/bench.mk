@@ -3,7 +3,9 @@
 #   make bench   -> every benchmark (~10 min on 2 cores); a markdown table on stdout and
 #                   bench/RESULTS.md with the machine and versions it ran on
 #                   BENCH_ARGS='--only health probe-idle': the health-probe scenarios alone
-#                   (~2 min); TOKEN_RESOURCE_BENCH_PROBE_IDLE_SECONDS=N sets probe-idle's window
+#                   (~2 min); BENCH_ARGS='--only cluster-pools': the cluster-pools
+#                   publisher's failover and idle cost alone (~4 min);
+#                   TOKEN_RESOURCE_BENCH_PROBE_IDLE_SECONDS=N sets probe-idle's window
 #                   (default 60 s, 20 s with --quick)
 #   make soak    -> tests/test_faults.py with many more iterations (TOKEN_RESOURCE_SOAK=1)
 #   make fuzz    -> every randomized test with FUZZ_SEEDS fresh seeds, and the property tests

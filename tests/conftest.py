@@ -21,6 +21,9 @@ from tests.standin.apiserver import CertificateAuthority
 from tests.standin.kubelet import KubeletStandin
 from tests.standin.podresources import PodResourcesStandin
 
+# The seeded ``rng`` fixture of the randomized tests (tests/seeded.py).
+pytest_plugins = ["tests.seeded"]
+
 
 @pytest.fixture(scope="session")
 def ca() -> CertificateAuthority:

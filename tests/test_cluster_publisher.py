@@ -5,143 +5,40 @@ free-seats probe, and status."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.cluster_publishers import (
+    DRIVER,
+    LEASE_SECONDS,
+    LICENSE,
+    POOL,
+    RETRY_SECONDS,
+    authors,
+    cluster_slices,
+    devices,
+    generation,
+    holder,
+    holder_and_generation,
+    publisher_config,
+    publishers,
+    status_of,
+    writer_of,
+)
 from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
-from tests.standin.apiserver.authz import Rule
-from tests.standin.apiserver.leases import LEASE_RULES
-from token_resource.apiserver.cluster_pools import lease_name
-from token_resource.apiserver.slices import cluster_pool_name
-
-NAMESPACE = "token-resource"
-DRIVER = "tokens.example.com"
-LICENSE = "example.com/license"
-POOL = cluster_pool_name(LICENSE)
-LEASE = f"{NAMESPACE}/{lease_name(DRIVER)}"
-PUBLISHER_RULES = (
-    *LEASE_RULES,
-    Rule(
-        ("resource.k8s.io",),
-        ("resourceslices",),
-        ("get", "list", "watch", "create", "update", "delete"),
-    ),
-    Rule(("resource.k8s.io",), ("resourceclaims",), ("get", "list")),
-)
-# Short enough for tests; client-go's rule (lease > renew > 1.2 x retry) holds.
-LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 2.0, 1.2, 0.2
-FAST = (
-    f"lease_duration_seconds = {LEASE_SECONDS}\n"
-    f"renew_deadline_seconds = {RENEW_SECONDS}\n"
-    f"retry_period_seconds = {RETRY_SECONDS}\n"
-)
 
 
 @pytest.fixture
 def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
     with ApiServerStandin(ca, nodes=("node-a",)) as standin:
         yield standin
-
-
-def publisher_config(kubeconfig: Path, count: int, extra: str = "", timing: str = FAST) -> str:
-    return (
-        f'[kubernetes]\nkubeconfig = "{kubeconfig}"\nlease_namespace = "{NAMESPACE}"\n{timing}'
-        f'[dra]\ndriver = "{DRIVER}"\n'
-        f'[resources."{LICENSE}"]\ncount = {count}\nadvertise = "dra"\nscope = "cluster"\n'
-        f"{extra}"
-    )
-
-
-@contextmanager
-def publishers(
-    apiserver: ApiServerStandin, tmp_path: Path, count: int, *, tokens: int = 5, timing: str = FAST
-) -> Iterator[dict[str, AgentProcess]]:
-    """``count`` publishers p0, p1, ..., each with a service account of its own (so that the
-    stand-in's log says who wrote what), started one after the other; killed at the end."""
-    started: dict[str, AgentProcess] = {}
-    try:
-        for index in range(count):
-            name = f"p{index}"
-            token = f"token-{name}"
-            user = f"system:serviceaccount:{NAMESPACE}:{name}"
-            apiserver.add_token(token, user=user, rules=PUBLISHER_RULES)
-            kubeconfig = apiserver.write_kubeconfig(tmp_path / f"{name}.conf", token=token)
-            process = AgentProcess(tmp_path / name, tmp_path / "unused", role="publisher")
-            process.write_config(publisher_config(kubeconfig, tokens, timing=timing))
-            started[name] = process
-            process.start()
-        yield started
-    finally:
-        for process in started.values():
-            process.kill()
-
-
-def cluster_slices(view: ApiServerView) -> list[dict[str, Any]]:
-    return [
-        obj
-        for obj in view.slices.values()
-        if obj["spec"]["driver"] == DRIVER and obj["spec"].get("allNodes")
-    ]
-
-
-def generation(view: ApiServerView) -> int | None:
-    generations = {obj["spec"]["pool"]["generation"] for obj in cluster_slices(view)}
-    return max(generations) if generations else None
-
-
-def devices(view: ApiServerView) -> list[str]:
-    newest = generation(view)
-    return [
-        device["name"]
-        for obj in cluster_slices(view)
-        if obj["spec"]["pool"]["generation"] == newest
-        for device in obj["spec"]["devices"]
-    ]
-
-
-def holder(view: ApiServerView) -> str | None:
-    lease = view.leases.get(LEASE)
-    return None if lease is None else (lease.get("spec") or {}).get("holderIdentity")
-
-
-def authors(view: ApiServerView, generation: int | None = None) -> set[str]:
-    """The publishers (p0, p1, ...) that wrote the pool (that generation of it)."""
-    return {
-        write.author.rsplit(":", 1)[-1]
-        for write in view.slice_writes(DRIVER, POOL)
-        if generation is None or write.generation == generation
-    }
-
-
-def holder_and_generation(apiserver: ApiServerStandin) -> tuple[str, int]:
-    """Once the pool is published: the one publisher that wrote it, and its generation."""
-    view = apiserver.wait_for(lambda v: generation(v) is not None)
-    published = generation(view)
-    assert published is not None
-    return writer_of(view), published
-
-
-def writer_of(view: ApiServerView) -> str:
-    """The one publisher whose account wrote slices (p0, p1, ...)."""
-    (writer,) = authors(view)
-    return writer
-
-
-def status_of(process: AgentProcess) -> dict[str, Any]:
-    answer = process.cli("status", "--json")
-    assert answer.returncode == 0, answer.stderr
-    report: dict[str, Any] = json.loads(answer.stdout)
-    return report
 
 
 def test_of_two_publishers_one_holds_the_lease_and_writes_the_pool(

@@ -26,6 +26,7 @@ import grpc
 import pytest
 
 from tests.harness import AgentProcess, write_file
+from tests.seeded import seeds
 from tests.standin.kubelet import KubeletStandin, KubeletView, serves_exactly
 from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_reload
@@ -43,31 +44,6 @@ SOAK = os.environ.get("TOKEN_RESOURCE_SOAK") == "1"
 
 def scaled(normal: int, soak: int) -> int:
     return soak if SOAK else normal
-
-
-# `make fuzz` runs each randomized test with this many fresh seeds instead of one.
-FRESH_SEEDS = int(os.environ.get("TOKEN_RESOURCE_FUZZ_SEEDS", "1"))
-
-
-def seeds(*regressions: int) -> pytest.MarkDecorator:
-    """Run a randomized test with a fresh seed (``FRESH_SEEDS`` of them under ``make fuzz``)
-    and with every seed that once found a fault, kept here so that the fault stays fixed."""
-    fresh = [None] * FRESH_SEEDS
-    return pytest.mark.parametrize(
-        "rng",
-        [*fresh, *regressions],
-        ids=[*(f"fresh{i}" for i in range(len(fresh))), *(f"seed{s}" for s in regressions)],
-        indirect=True,
-    )
-
-
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> random.Random:
-    seed = getattr(request, "param", None)
-    if seed is None:
-        seed = int(os.environ.get("TOKEN_RESOURCE_SEED", random.SystemRandom().randrange(2**32)))
-    print(f"{request.node.name}: seed {seed} (TOKEN_RESOURCE_SEED={seed} replays it)")
-    return random.Random(seed)
 
 
 # --- what the agent holds -------------------------------------------------------------------

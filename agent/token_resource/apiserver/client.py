@@ -63,6 +63,20 @@ class ApiClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        """Bound the requests from now on, on the open connection too (each blocking step:
+        connecting, sending, waiting for the answer)."""
+        self._timeout = seconds
+        if self._connection is not None:
+            self._connection.timeout = seconds
+            if self._connection.sock is not None:
+                self._connection.sock.settimeout(seconds)
+
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()

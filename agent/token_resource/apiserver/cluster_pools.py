@@ -6,7 +6,8 @@ pools, the others list and watch them only. A new holder's first write makes eac
 generation even if it holds what it should: the slices are taken over where they are (updated,
 never deleted and made again), so claims allocated from them keep their devices. A holder that
 could not renew in time stops writing at once, halfway through a sync if need be, before any
-other may take the Lease.
+other may take the Lease; a write it sent is given up unanswered by then (its client's timeout),
+so that a write held up in the network cannot land once another holds the Lease.
 
 A resource's probe says how many seats are free (a license server's count): its allocated
 tokens stay schedulable-as-is (their pods run), and of the others as many as are free; the
@@ -102,9 +103,11 @@ class ClusterSlicePublisher(SlicePublisher):
         driver: str,
         on_change: Callable[[], None],
         holder: Callable[[], str | None],
+        time_left: Callable[[], float],
     ) -> None:
-        """``holder()``: None while this one leads, else who does."""
-        super().__init__(settings, driver, on_change, holder)
+        """``holder()``: None while this one leads, else who does; ``time_left()``: how long
+        it still leads (each write must be answered by then)."""
+        super().__init__(settings, driver, on_change, holder, time_left)
         # Pool -> its allocated tokens at the last sync that needed them.
         self._allocated: dict[str, frozenset[int]] = {}
 
@@ -184,7 +187,9 @@ class ClusterPools:
         self._elector = LeaderElector(
             settings, lease_name(driver), namespace, identity, self._leadership_changed
         )
-        self._publisher = ClusterSlicePublisher(settings, driver, on_change, self._holder)
+        self._publisher = ClusterSlicePublisher(
+            settings, driver, on_change, self._holder, self._elector.time_left
+        )
         self._on_change = on_change
         self._was_leading = False
 

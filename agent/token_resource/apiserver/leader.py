@@ -146,6 +146,13 @@ class LeaderElector:
             and self._clock() - self._renewed_at < self._settings.renew_deadline
         )
 
+    def time_left(self) -> float:
+        """Seconds this elector still leads (0 when it does not): until renew_deadline after
+        its last successful renewal began, unless it renews again meanwhile."""
+        if self._renewed_at is None:
+            return 0.0
+        return max(0.0, self._renewed_at + self._settings.renew_deadline - self._clock())
+
     @property
     def state(self) -> LeaseState:
         record = self._observed.record if self._observed else None

@@ -99,12 +99,17 @@ class SlicePublisher(Keeper[Wanted]):
         driver: str,
         on_change: Callable[[], None],
         superseded: Callable[[], str | None] = lambda: None,
+        time_left: Callable[[], float | None] = lambda: None,
     ):
         """``superseded()``: what publishes in this one's place (a newer instance of the agent,
         during a rollout), or None; meanwhile this one only watches, so that two instances
-        with different counts do not rewrite each other's pools."""
+        with different counts do not rewrite each other's pools. ``time_left()``: how long
+        this one may still write (a lease holder: until its renew deadline), None for no end;
+        each write must be answered within it or is given up, so that a write held up in the
+        network cannot land later, when another may hold the Lease."""
         super().__init__("resource slices", Wanted(settings, driver, {}), on_change)
         self._superseded = superseded
+        self._time_left = time_left
         self._yielded_to: str | None = None
         # Set once, from the sync's thread, when the API server is seen dropping taints.
         self._taints = True
@@ -183,7 +188,7 @@ class SlicePublisher(Keeper[Wanted]):
                     self._pools(wanted),
                     self._generations,
                     self._rewrite,
-                    may_write=lambda: self._superseded() is None,
+                    may_write=lambda: self._may_write(client),
                 )
             except TaintsDropped:
                 self._taints = False
@@ -193,6 +198,18 @@ class SlicePublisher(Keeper[Wanted]):
                     "pools instead"
                 )
                 raise KubeError("the API server dropped device taints: publishing again") from None
+
+    def _may_write(self, client: ApiClient) -> bool:
+        """Whether the next write may be sent, with ``client``'s timeout cut to the time left."""
+        if self._superseded() is not None:
+            return False
+        left = self._time_left()
+        if left is None:
+            return True
+        if left <= 0:
+            return False
+        client.timeout = min(client.timeout, left)
+        return True
 
     async def _quiet(self, wanted: Wanted) -> None:
         """Watch the node's slices until one of the driver's changes, the watch ends, or

@@ -303,6 +303,7 @@ class ApiServerStandin(
                     reply.error,
                     connection,
                     self._history.since(before),
+                    time.monotonic(),
                 )
             )
             self._changed(str(self._requests[-1]))

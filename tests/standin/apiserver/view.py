@@ -46,6 +46,7 @@ class SliceWrite:
     generation: int  # the pool generation it wrote (for a deletion: the deleted slice's)
     node: str | None  # spec.nodeName, None for a slice not bound to one node
     revision: int  # its place among all writes
+    at: float = 0.0  # when the stand-in served it (LoggedRequest.at)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class ApiServerView:
                         int(pool_of.get("generation", 0)),
                         spec.get("nodeName"),
                         change.revision,
+                        request.at,
                     )
                 )
         return writes

@@ -101,6 +101,9 @@ class LoggedRequest:
     # ``identity``, the record of who wrote what. A refused request may have written some (a
     # deletecollection that an admission policy stops part way).
     changes: tuple[Change, ...] = ()
+    # When it was served (time.monotonic() of this process, the tests' clock too; after any
+    # hold of a cut-off client): when its writes took effect.
+    at: float = 0.0
 
     def json(self) -> Any:
         """The request body as JSON."""
