@@ -44,7 +44,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from token_resource.apiserver.client import ApiClient, ApiError, KubeError
-from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR, load_credentials
+from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR
+from token_resource.apiserver.kept import KeptClient
 from token_resource.apiserver.leaderrecord import (
     JITTER_FACTOR,
     LeaderRecord,
@@ -137,6 +138,12 @@ class LeaderElector:
         self._stop: asyncio.Event | None = None  # made in the loop (Python 3.9 binds it there)
         self._task: asyncio.Task[None] | None = None
         self._deadline: asyncio.TimerHandle | None = None
+        self._connection = self._new_connection()
+
+    def _new_connection(self) -> KeptClient:
+        # Each request bounded well within the deadline: a try that hangs (a partition) ends
+        # while there is still time for the next one.
+        return KeptClient(timeout=self._settings.renew_deadline / 2)
 
     @property
     def leading(self) -> bool:
@@ -189,6 +196,9 @@ class LeaderElector:
                 await asyncio.to_thread(self._release)
             except KubeError as error:
                 log.warning("lease %s not released: %s", self._describe(), error)
+        # Its connection closed; a later start makes a new one.
+        connection, self._connection = self._connection, self._new_connection()
+        await asyncio.to_thread(connection.close)
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -250,61 +260,54 @@ class LeaderElector:
 
     # --- one try (worker thread) ----------------------------------------------------------------
 
-    def _client(self) -> ApiClient:
-        return ApiClient(
-            load_credentials(self._settings), timeout=self._settings.renew_deadline / 2
-        )
-
     def _try_acquire_or_renew(self, now: float) -> bool:
         """tryAcquireOrRenew: whether this elector holds the Lease after this try."""
+        return self._connection.call(self._settings, lambda client: self._try(client, now))
+
+    def _try(self, client: ApiClient, now: float) -> bool:
         wall = datetime.datetime.now(datetime.timezone.utc)
-        with self._client() as client:
-            observed = self._observed
-            if (
-                self._lease is not None
-                and observed is not None
-                and observed.record.holder == self._identity
-                and observed.valid(now)
-            ):
-                # The fast path: renew from what was written last, without reading first.
-                record = claimed(
-                    observed.record, self._identity, self._settings.lease_duration, wall
-                )
-                try:
-                    self._write(client, record)
-                    return True
-                except KubeError as error:
-                    log.debug("lease %s: renewal failed, reading it: %s", self._describe(), error)
-            try:
-                lease = client.get(f"{self._path}/{quote(self._name, safe='')}")
-            except ApiError as error:
-                if error.status != NOT_FOUND:
-                    raise
-                record = first_record(self._identity, self._settings.lease_duration, wall)
-                body = {"metadata": {"name": self._name}, "spec": record.spec()}
-                try:
-                    self._stored(client.create(self._path, body))
-                except ApiError as error:
-                    if error.status == CONFLICT:  # another candidate created it first
-                        return False
-                    raise
-                return True
-            self._lease = lease
-            self._observed = observe(
-                self._observed, LeaderRecord.from_spec(_spec(lease)), self._clock()
-            )
-            if not may_take(self._observed, self._identity, now):
-                return False
-            record = claimed(
-                self._observed.record, self._identity, self._settings.lease_duration, wall
-            )
+        observed = self._observed
+        if (
+            self._lease is not None
+            and observed is not None
+            and observed.record.holder == self._identity
+            and observed.valid(now)
+        ):
+            # The fast path: renew from what was written last, without reading first.
+            record = claimed(observed.record, self._identity, self._settings.lease_duration, wall)
             try:
                 self._write(client, record)
+                return True
+            except KubeError as error:
+                log.debug("lease %s: renewal failed, reading it: %s", self._describe(), error)
+        try:
+            lease = client.get(f"{self._path}/{quote(self._name, safe='')}")
+        except ApiError as error:
+            if error.status != NOT_FOUND:
+                raise
+            record = first_record(self._identity, self._settings.lease_duration, wall)
+            body = {"metadata": {"name": self._name}, "spec": record.spec()}
+            try:
+                self._stored(client.create(self._path, body))
             except ApiError as error:
-                if error.status == CONFLICT:  # another candidate was quicker
+                if error.status == CONFLICT:  # another candidate created it first
                     return False
                 raise
             return True
+        self._lease = lease
+        self._observed = observe(
+            self._observed, LeaderRecord.from_spec(_spec(lease)), self._clock()
+        )
+        if not may_take(self._observed, self._identity, now):
+            return False
+        record = claimed(self._observed.record, self._identity, self._settings.lease_duration, wall)
+        try:
+            self._write(client, record)
+        except ApiError as error:
+            if error.status == CONFLICT:  # another candidate was quicker
+                return False
+            raise
+        return True
 
     def _write(self, client: ApiClient, record: LeaderRecord) -> None:
         """Update the Lease last read or written (its resourceVersion the precondition)."""
@@ -319,22 +322,24 @@ class LeaderElector:
 
     def _release(self) -> None:
         """tryRelease, which tries again after a conflict (a bounded number of times here)."""
-        with self._client() as client:
-            for _ in range(_RELEASE_TRIES):
-                lease = client.get(f"{self._path}/{quote(self._name, safe='')}")
-                record = LeaderRecord.from_spec(_spec(lease))
-                if record.holder != self._identity:
-                    return
-                self._lease = lease
-                wall = datetime.datetime.now(datetime.timezone.utc)
-                try:
-                    self._write(client, released(record, wall))
-                except ApiError as error:
-                    if error.status == CONFLICT:
-                        continue
-                    raise
-                log.info("lease %s released by %s", self._describe(), self._identity)
+        self._connection.call(self._settings, self._release_with)
+
+    def _release_with(self, client: ApiClient) -> None:
+        for _ in range(_RELEASE_TRIES):
+            lease = client.get(f"{self._path}/{quote(self._name, safe='')}")
+            record = LeaderRecord.from_spec(_spec(lease))
+            if record.holder != self._identity:
                 return
+            self._lease = lease
+            wall = datetime.datetime.now(datetime.timezone.utc)
+            try:
+                self._write(client, released(record, wall))
+            except ApiError as error:
+                if error.status == CONFLICT:
+                    continue
+                raise
+            log.info("lease %s released by %s", self._describe(), self._identity)
+            return
 
     def _describe(self) -> str:
         return f"{self._namespace}/{self._name}"
