@@ -112,14 +112,19 @@ def generation(view: ApiServerView) -> int | None:
     return max(generations) if generations else None
 
 
-def devices(view: ApiServerView) -> list[str]:
+def newest_devices(view: ApiServerView) -> list[dict[str, Any]]:
+    """The devices of the pool's newest generation, in slice and device order."""
     newest = generation(view)
     return [
-        device["name"]
+        device
         for obj in cluster_slices(view)
         if obj["spec"]["pool"]["generation"] == newest
         for device in obj["spec"]["devices"]
     ]
+
+
+def devices(view: ApiServerView) -> list[str]:
+    return [device["name"] for device in newest_devices(view)]
 
 
 def holder(view: ApiServerView) -> str | None:

@@ -26,6 +26,7 @@ from tests.cluster_publishers import (
     generation,
     holder,
     holder_and_generation,
+    newest_devices,
     publisher_config,
     publishers,
     status_of,
@@ -125,14 +126,7 @@ def test_the_free_seats_probe_taints_the_seats_not_free(
         publisher.write_config(publisher_config(kubeconfig, 5, probe))
 
         def tainted(view: ApiServerView) -> list[str]:
-            newest = generation(view)
-            return [
-                device["name"]
-                for obj in cluster_slices(view)
-                if obj["spec"]["pool"]["generation"] == newest
-                for device in obj["spec"]["devices"]
-                if device.get("taints")
-            ]
+            return [device["name"] for device in newest_devices(view) if device.get("taints")]
 
         # Two seats free: token-3 stays as it is, two others are offered, the rest tainted.
         apiserver.wait_for(lambda v: tainted(v) == ["token-2", "token-4"])
