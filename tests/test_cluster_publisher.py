@@ -141,8 +141,9 @@ def test_the_free_seats_probe_taints_the_seats_not_free(
 
 
 def refused_start(tmp_path: Path, config: str) -> str:
-    """The log of a publisher started on ``config``, which must exit 1."""
-    process = AgentProcess(tmp_path / "p", tmp_path / "unused", role="publisher")
+    """The log of a publisher started on ``config``, which must exit 1. Its device-plugin
+    directory is far too long for sockets: a publisher serves none, and never says so."""
+    process = AgentProcess(tmp_path / "p", tmp_path / ("unused" * 20), role="publisher")
     process.write_config(config)
     try:
         process.start(wait_ready=False)

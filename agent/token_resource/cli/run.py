@@ -8,6 +8,7 @@ import importlib
 
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, complain, load_servable
 from token_resource.config.errors import ConfigError
+from token_resource.config.load import load_config
 from token_resource.config.model import PUBLISHER_ROLE
 from token_resource.host import logs
 from token_resource.host.control import ControlError, default_control_socket
@@ -79,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
     from token_resource.publisher import PublisherAgent  # noqa: PLC0415
 
     try:
-        config = load_servable(args.config)
+        # A publisher serves no device plugin: its sockets' paths are no concern of its.
+        config = (
+            load_config(args.config) if args.role == PUBLISHER_ROLE else load_servable(args.config)
+        )
     except ConfigError as error:
         return complain(error)
     if config.metrics.enabled:
