@@ -53,14 +53,13 @@ import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qs, unquote
 
 from tests.standin.apiserver import validation
 from tests.standin.apiserver.authz import Authorizer, Rule, forbidden, node_identity
 from tests.standin.apiserver.core import StandinCore
 from tests.standin.apiserver.microtime import format_micro_time, parse_micro_time
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
-from tests.standin.apiserver.wire import Fail, Identity, Reply, fail
+from tests.standin.apiserver.wire import Fail, Identity, Reply, fail, namespaced_request
 
 LEASE_GROUP = "coordination.k8s.io"
 LEASE_API_VERSION = f"{LEASE_GROUP}/v1"
@@ -136,11 +135,7 @@ class LeasesMixin(StandinCore):
         body: bytes,
         identity: Identity,
     ) -> Reply:
-        match = LEASE_PATH.fullmatch(path)
-        if match is None or (match["name"] and not match["namespace"]):
-            raise fail(404, "NotFound", "the server could not find the requested resource", {})
-        namespace, name = unquote(match["namespace"] or ""), unquote(match["name"] or "")
-        params = {k: v[-1] for k, v in parse_qs(query).items()}
+        namespace, name, subresource, params = namespaced_request(LEASE_PATH, path, query)
         verb = {
             ("GET", True): "get",
             ("GET", False): "list",
@@ -154,9 +149,9 @@ class LeasesMixin(StandinCore):
             raise fail(405, "MethodNotAllowed", message, {})
         if params.get("watch") in ("true", "1"):
             raise fail(400, "BadRequest", "the stand-in does not serve watches of leases")
-        resource = "leases" + (f"/{match['subresource']}" if match["subresource"] else "")
+        resource = "leases" + (f"/{subresource}" if subresource else "")
         self._authorize_lease(identity, verb, resource, name, namespace)
-        if match["subresource"]:
+        if subresource:
             raise fail(404, "NotFound", "the server could not find the requested resource", {})
         if verb == "list":
             return self._lease_list(namespace)

@@ -38,7 +38,6 @@ import copy
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qs, unquote
 
 from tests.standin.apiserver import validation
 from tests.standin.apiserver.admission import AdmissionPolicies
@@ -54,7 +53,7 @@ from tests.standin.apiserver.watch import (
     parse_field_selector,
     watch_stream,
 )
-from tests.standin.apiserver.wire import Identity, Reply, fail
+from tests.standin.apiserver.wire import Identity, Reply, fail, namespaced_request
 
 POD_PATH = re.compile(
     r"/api/v1/(?:namespaces/(?P<namespace>[^/]+)/)?pods(?:/(?P<name>[^/]+))?"
@@ -111,11 +110,7 @@ class PodsMixin(StandinCore):
         body: bytes,
         identity: Identity,
     ) -> Reply:
-        match = POD_PATH.fullmatch(path)
-        if match is None or (match["name"] and not match["namespace"]):
-            raise fail(404, "NotFound", "the server could not find the requested resource", {})
-        namespace, name = unquote(match["namespace"] or ""), unquote(match["name"] or "")
-        params = {k: v[-1] for k, v in parse_qs(query).items()}
+        namespace, name, subresource, params = namespaced_request(POD_PATH, path, query)
         watching = params.get("watch") in ("true", "1")
         verb = {
             ("GET", True): "get",
@@ -126,9 +121,9 @@ class PodsMixin(StandinCore):
             message = "the server does not allow this method on the requested resource"
             raise fail(405, "MethodNotAllowed", message, {})
         selector = parse_field_selector("pods", params.get("fieldSelector", ""))
-        resource = "pods" + (f"/{match['subresource']}" if match["subresource"] else "")
+        resource = "pods" + (f"/{subresource}" if subresource else "")
         self._authorize_pod(identity, verb, resource, name, namespace, selector)
-        if match["subresource"]:
+        if subresource:
             raise fail(404, "NotFound", "the server could not find the requested resource", {})
         if verb in ("list", "watch"):
             return self._pod_collection(verb, namespace, selector, params)

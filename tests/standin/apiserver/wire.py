@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import select
 import socket
 import ssl
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qs, unquote
 
 if TYPE_CHECKING:  # watch.py builds on this module
     from tests.standin.apiserver.watch import Change
@@ -305,3 +307,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         LOG.debug("%s %s", self.client_address[0], format % args)
+
+
+def namespaced_request(
+    pattern: re.Pattern[str], path: str, query: str
+) -> tuple[str, str, str, dict[str, str]]:
+    """(namespace, name, subresource, the query's parameters: the last of each) of a request
+    for a namespaced kind whose ``pattern`` has those groups (any may be empty: every
+    namespace's list, one namespace's list, the object itself); 404 for any other path."""
+    match = pattern.fullmatch(path)
+    if match is None or (match["name"] and not match["namespace"]):
+        raise fail(404, "NotFound", "the server could not find the requested resource", {})
+    namespace, name = unquote(match["namespace"] or ""), unquote(match["name"] or "")
+    params = {k: v[-1] for k, v in parse_qs(query).items()}
+    return namespace, name, str(match["subresource"] or ""), params
