@@ -51,6 +51,20 @@ def apply(control_plane: ControlPlane, objects: list[dict[str, Any]], *args: str
     return printed.splitlines()
 
 
+def release_notes(helm: Helm, values: list[Path]) -> str:
+    """The NOTES that `helm install` of RELEASE with ``values`` prints (a client dry run)."""
+    printed = helm.output(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        *(f"--values={path}" for path in values),
+    )
+    return printed.split("NOTES:", 1)[1]
+
+
 def test_every_example_passes_the_real_api_servers_validation(
     control_plane: ControlPlane, helm: Helm
 ) -> None:
@@ -134,15 +148,7 @@ def test_the_charts_node_status_policy_holds_its_account_to_its_nodes_extended_r
     assert (
         patch(account, own, [capacity(TOKEN, "2"), capacity(TOKEN, "2", "allocatable")])[0] == 200
     )
-    notes = helm.output(
-        "install",
-        RELEASE,
-        str(CHART),
-        "--namespace",
-        NAMESPACE,
-        "--dry-run=client",
-        *(f"--values={path}" for path in values),
-    ).split("NOTES:", 1)[1]
+    notes = release_notes(helm, values)
     queries = [
         line.split("jsonpath=", 1)[1].strip("'")
         for line in notes.splitlines()
@@ -217,15 +223,7 @@ def test_the_charts_publisher_policy_holds_its_account_to_its_drivers_cluster_sl
     status, read = publisher.request("GET", f"{leases}/{LEASE}")
     assert status == 200, read
 
-    notes = helm.output(
-        "install",
-        RELEASE,
-        str(CHART),
-        "--namespace",
-        NAMESPACE,
-        "--dry-run=client",
-        *(f"--values={path}" for path in values),
-    ).split("NOTES:", 1)[1]
+    notes = release_notes(helm, values)
     (lease_line,) = [line for line in notes.splitlines() if "kubectl get lease" in line]
     shown = control_plane.kubectl(*shlex.split(lease_line)[1:]).splitlines()
     assert [row.split()[:2] for row in shown] == [["NAME", "HOLDER"], [LEASE, "chart-publisher-a"]]
