@@ -34,6 +34,17 @@ PUBLISHER = "token-resource-publisher"
 NAMESPACE = "token-resource"
 PUBLISHER_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{PUBLISHER}"
 PUBLISHER_POLICY = "token-resource-publisher-cluster-slices"
+# The publisher's container: no root, no capability, nothing writable (also the chart's).
+PUBLISHER_SECURITY_CONTEXT = {
+    "runAsUser": 65534,
+    "runAsGroup": 65534,
+    "runAsNonRoot": True,
+    "privileged": False,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 # (namespace, "" for a ClusterRole's; API group, resource, resourceNames, verb)
 Grant = tuple[str, str, str, tuple[str, ...], str]
 
@@ -165,16 +176,7 @@ def test_the_publisher_runs_as_nobody_with_nothing() -> None:
     """No root, no capability, nothing writable but its memory emptyDir; small requests."""
     deployment = the_publisher(rendered(CLUSTER_POOLS))
     [container] = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["securityContext"] == {
-        "runAsUser": 65534,
-        "runAsGroup": 65534,
-        "runAsNonRoot": True,
-        "privileged": False,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    assert container["securityContext"] == PUBLISHER_SECURITY_CONTEXT
     assert container["resources"] == {
         "requests": {"cpu": "10m", "memory": "64Mi"},
         "limits": {"memory": "128Mi"},

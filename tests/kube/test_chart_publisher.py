@@ -13,6 +13,7 @@ import yaml
 
 from tests.kube.chart import CHART, EXAMPLES, Helm, by_key
 from tests.kube.test_chart import AGENT_KINDS, DRA_KINDS, daemonset
+from tests.test_manifests_cluster_pools import PUBLISHER_SECURITY_CONTEXT
 from token_resource.apiserver.cluster_pools import lease_name
 
 EXAMPLE = EXAMPLES / "cluster-pools.yaml"
@@ -75,16 +76,7 @@ def test_the_cluster_pools_example(helm: Helm) -> None:
     command = container["command"]
     assert command[:4] == ["token-resource", "run", "--role", "publisher"], command
     assert command[command.index("--config") + 1] == "/etc/token-resource/token-resource.toml"
-    assert container["securityContext"] == {
-        "runAsUser": 65534,
-        "runAsGroup": 65534,
-        "runAsNonRoot": True,
-        "privileged": False,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    assert container["securityContext"] == PUBLISHER_SECURITY_CONTEXT
     # Nothing of a node: the ConfigMap and a memory emptyDir for the control socket.
     assert {volume["name"]: sorted(volume) for volume in spec["volumes"]} == {
         "config": ["configMap", "name"],
