@@ -124,11 +124,9 @@ class ClusterSlicePublisher(SlicePublisher):
             owner=lambda client: None,
         )
 
-    def _sync(self, wanted: Wanted) -> None:
-        if self._superseded() is None and any(p.unhealthy for p in wanted.pools.values()):
-            with ApiClient(load_credentials(wanted.settings)) as client:
-                self._allocated = self.read_allocated(client, wanted)
-        super()._sync(wanted)
+    def _before_writing(self, client: ApiClient, wanted: Wanted) -> None:
+        if any(pool.unhealthy for pool in wanted.pools.values()):
+            self._allocated = self.read_allocated(client, wanted)
 
     def read_allocated(self, client: ApiClient, wanted: Wanted) -> dict[str, frozenset[int]]:
         """Pool -> its tokens allocated now, from every ResourceClaim."""

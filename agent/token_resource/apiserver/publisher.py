@@ -169,6 +169,9 @@ class SlicePublisher(Keeper[Wanted]):
 
         return SliceScope(f"spec.nodeName={node}", f"node {node}", cluster=False, owner=owner)
 
+    def _before_writing(self, client: ApiClient, wanted: Wanted) -> None:
+        """What a publisher reads, on the sync's connection, before it writes its pools."""
+
     def _sync(self, wanted: Wanted) -> None:
         scope = self._scope(wanted)
         with ApiClient(load_credentials(wanted.settings)) as client:
@@ -180,6 +183,7 @@ class SlicePublisher(Keeper[Wanted]):
             if other is not None:
                 self._list_version = list_slices(client, scope)[1]
                 return
+            self._before_writing(client, wanted)
             try:
                 self._list_version = sync_slices(
                     client,
