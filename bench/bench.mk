@@ -7,7 +7,7 @@
 #                   publisher's failover and idle cost alone (~4 min);
 #                   TOKEN_RESOURCE_BENCH_PROBE_IDLE_SECONDS=N sets probe-idle's window
 #                   (default 60 s, 20 s with --quick)
-#   make soak    -> tests/test_faults.py with many more iterations (TOKEN_RESOURCE_SOAK=1)
+#   make soak    -> tests/agent/test_faults.py with many more iterations (TOKEN_RESOURCE_SOAK=1)
 #   make fuzz    -> every randomized test with FUZZ_SEEDS fresh seeds, and the property tests
 #                   with FUZZ_EXAMPLES examples, under both Pythons; a failure prints its seed
 #                   (TOKEN_RESOURCE_SEED=N replays it), to be kept in the test's @seeds(...)
@@ -20,7 +20,7 @@ SOAK_ARGS ?=
 FUZZ_SEEDS ?= 300
 FUZZ_EXAMPLES ?= 20000
 FUZZ_ARGS ?=
-FUZZ_TESTS = tests/test_faults.py tests/test_config_properties.py -k 'fresh or config_properties'
+FUZZ_TESTS = tests/agent/test_faults.py tests/config/test_config_properties.py -k 'fresh or config_properties'
 
 .PHONY: bench soak fuzz
 
@@ -28,8 +28,8 @@ bench: $(NEWEST)/.installed
 	$(NEWEST)/bin/python -m bench --before $(BENCH_BEFORE) $(BENCH_ARGS)
 
 soak: $(OLDEST)/.installed $(NEWEST)/.installed
-	TOKEN_RESOURCE_SOAK=1 $(OLDEST)/bin/python -m pytest tests/test_faults.py -o timeout=3600 $(SOAK_ARGS)
-	TOKEN_RESOURCE_SOAK=1 $(NEWEST)/bin/python -m pytest tests/test_faults.py -o timeout=3600 $(SOAK_ARGS)
+	TOKEN_RESOURCE_SOAK=1 $(OLDEST)/bin/python -m pytest tests/agent/test_faults.py -o timeout=3600 $(SOAK_ARGS)
+	TOKEN_RESOURCE_SOAK=1 $(NEWEST)/bin/python -m pytest tests/agent/test_faults.py -o timeout=3600 $(SOAK_ARGS)
 
 fuzz: $(OLDEST)/.installed $(NEWEST)/.installed
 	status=0; for venv in $(OLDEST) $(NEWEST); do \

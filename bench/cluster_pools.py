@@ -4,7 +4,7 @@ unwritten when the holder dies (SIGKILL) or stops (SIGTERM), and what a holder a
 cost while idle.
 
 Two publishers run as real processes against the API-server stand-in in this process, each
-with a service account of its own (tests/cluster_publishers.py), so that the stand-in's
+with a service account of its own (tests/publisher/cluster_publishers.py), so that the stand-in's
 request log says who wrote what and when it served it (``LoggedRequest.at``). A failover is
 timed from the signal to the stand-in serving the new holder's first slice write (its new
 pool generation); the publisher stopped is started again as the next stand-by.
@@ -23,7 +23,8 @@ from pathlib import Path
 from bench.cpu import CpuMeter, CpuUse
 from bench.scenarios import Scale, Section, ms
 from bench.support import TIMEOUT, Sample, resource_names
-from tests.cluster_publishers import (
+from tests.harness import AgentProcess
+from tests.publisher.cluster_publishers import (
     DEFAULT_TIMING,
     DRIVER,
     LEASES_PATH,
@@ -32,7 +33,6 @@ from tests.cluster_publishers import (
     name_of,
     publishers,
 )
-from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from token_resource.apiserver.leaderrecord import JITTER_FACTOR
 from token_resource.config.model import KubernetesSettings

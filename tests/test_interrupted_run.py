@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # An agent test that runs for seconds (it kills and restarts the agent 8 times), at a fixed seed.
 LONG_AGENT_TEST = (
-    "tests/test_faults.py::test_sigkill_at_random_moments_then_restart_recovers[fresh0]"
+    "tests/agent/test_faults.py::test_sigkill_at_random_moments_then_restart_recovers[fresh0]"
 )
 SEED = "408391430"
 

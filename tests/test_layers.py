@@ -1,5 +1,5 @@
-"""The package's layers hold (pyproject.toml's import-linter contracts), and a wrong-way import
-breaks them: the check in `make lint` can fail."""
+"""The package's layers and the tests' own rule hold (pyproject.toml's import-linter contracts),
+and a wrong-way import breaks them: the check in `make lint` can fail."""
 
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ def lint_imports(source_root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_package(tmp_path: Path) -> Path:
-    shutil.copytree(PACKAGE, tmp_path / "token_resource", ignore=shutil.ignore_patterns("*.pyc"))
+    """The package and the tests (a root package of the contracts too) under ``tmp_path``."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "tests", tmp_path / "tests", ignore=ignore)
+    shutil.copytree(PACKAGE, tmp_path / "token_resource", ignore=ignore)
     return tmp_path / "token_resource"
 
 
@@ -35,7 +38,7 @@ def test_the_package_keeps_its_layers(tmp_path: Path) -> None:
     copy_package(tmp_path)
     result = lint_imports(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
@@ -54,3 +57,12 @@ def test_the_kubelet_wing_may_not_import_the_api_server_wing(tmp_path: Path) -> 
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert "token_resource.kubelet.tokens -> token_resource.apiserver.client" in result.stdout
+
+
+def test_a_stand_in_may_not_import_a_wings_tests(tmp_path: Path) -> None:
+    copy_package(tmp_path)
+    kubelet = tmp_path / "tests" / "standin" / "kubelet.py"
+    kubelet.write_text(kubelet.read_text() + "\nimport tests.dra.test_dra  # noqa\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "tests.standin.kubelet -> tests.dra.test_dra" in result.stdout

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.deploy.test_manifests_cluster_pools import PUBLISHER_SECURITY_CONTEXT
 from tests.kube.chart import CHART, EXAMPLES, Helm, by_key
 from tests.kube.test_chart import AGENT_KINDS, DRA_KINDS, daemonset
-from tests.test_manifests_cluster_pools import PUBLISHER_SECURITY_CONTEXT
 from token_resource.apiserver.cluster_pools import lease_name
 
 EXAMPLE = EXAMPLES / "cluster-pools.yaml"

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.deploy.test_manifests import DEPLOY, KUSTOMIZATIONS
 from tests.harness import AgentProcess
 from tests.kube.client import wait_until
 from tests.kube.controlplane import ControlPlane
-from tests.test_manifests import DEPLOY, KUSTOMIZATIONS
 
 ANNOTATION = "token-resource/extended-resources"
 DONGLE, SEAT, FOREIGN = "example.com/dongle", "example.com/seat", "other.example/thing"

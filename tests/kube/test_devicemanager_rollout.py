@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.dra.test_dra import status_json
 from tests.harness import AgentProcess, agent_sockets, rollout_pair
 from tests.kube.controlplane import ControlPlane
 from tests.kube.devicemanager import DeviceManager, running
 from tests.kube.test_cp_dra import BASE_RBAC, NAMESPACE_YAML
-from tests.test_dra import status_json
 from token_resource.kubelet.registration import KubeletClient, RegistrationError
 
 TOKEN = "example.com/token"

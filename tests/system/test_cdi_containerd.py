@@ -22,12 +22,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests import test_dra
-from tests.harness import AgentProcess
-from tests.standin.apiserver import ApiServerStandin
-from tests.standin.kubelet import KubeletStandin
-from tests.system.cri import Containerd, CriRuntime, cri_runtime, unpack_containerd
-from tests.test_dra import (
+from tests.dra import test_dra
+from tests.dra.test_dra import (
     DRIVER,
     ENV,
     TIMEOUT,
@@ -39,6 +35,10 @@ from tests.test_dra import (
     pool_of,
     registered,
 )
+from tests.harness import AgentProcess
+from tests.standin.apiserver import ApiServerStandin
+from tests.standin.kubelet import KubeletStandin
+from tests.system.cri import Containerd, CriRuntime, cri_runtime, unpack_containerd
 
 # The DRA tests' fixtures: the kubelet's and CDI directories, both stand-ins, the agent.
 dirs, apiserver, kubelet, dra_agent = (

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.configmap import ConfigMapVolume
+from tests.config.configmap import ConfigMapVolume
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.system import harness
 from tests.system.conftest import REPO, base_image, project_version

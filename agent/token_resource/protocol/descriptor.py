@@ -4,8 +4,8 @@ Each ``.proto`` of the package is the readable source; a ``ProtoFile`` states th
 as a ``FileDescriptorProto`` and lets the installed protobuf runtime make the classes. Code that
 protoc generates only loads on the runtimes of its own era (protoc 3.21's needs protobuf >= 3.20;
 older generators' is refused by protobuf >= 4), whereas a descriptor loads on every runtime
-from RHEL 9's 3.14 to 7.x. ``tests/test_protocol.py`` checks that each descriptor is exactly
-the one protoc makes of its .proto (``make proto`` writes protoc's version to compare with).
+from RHEL 9's 3.14 to 7.x. ``tests/protocol/test_protocol.py`` checks that each descriptor is
+exactly the one protoc makes of its .proto (``make proto`` writes protoc's version to compare with).
 The ``*_pb2`` modules hold the classes under their usual names, typed by protoc's ``.pyi``
 stubs (also from ``make proto``).
 """

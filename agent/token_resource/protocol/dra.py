@@ -3,7 +3,8 @@
 A kubelet of 1.34 on calls ``v1.DRAPlugin`` when a plugin lists it in
 ``PluginInfo.supported_versions``, else ``v1beta1.DRAPlugin``; 1.32 and 1.33 know only the latter.
 The two are the same messages under two proto packages, so one servicer, written against the
-v1 classes, serves both: the bytes on the wire are identical (``tests/test_dra_protocol.py``).
+v1 classes, serves both: the bytes on the wire are identical
+(``tests/protocol/test_dra_protocol.py``).
 """
 
 from __future__ import annotations
