@@ -12,7 +12,15 @@ NEWEST := $(VENV_DIR)/newest
 RHEL9 := $(VENV_DIR)/rhel9
 RHEL9_PINS := grpcio==1.46.3 protobuf==3.14.0 sdnotify==0.3.2 tomli==2.0.1 watchdog==2.2.1
 PYTEST_ARGS ?=
-UNIT_ARGS = --ignore=tests/system --ignore=tests/kube $(PYTEST_ARGS)
+# The unit suite's workers (pytest-xdist) in each virtualenv's run: its tests mostly wait on
+# sockets, agents and timers, so more of them than cores (docs/development.md has the figures).
+# loadgroup keeps the tests of one xdist_group on one worker (each group says why).
+UNIT_WORKERS ?= 4
+UNIT_ARGS = -n $(UNIT_WORKERS) --dist loadgroup -p no:cacheprovider \
+	--ignore=tests/system --ignore=tests/kube $(PYTEST_ARGS)
+UNIT_VENVS := oldest newest rhel9
+# How many of make test's stages run at once (below).
+TEST_JOBS ?= 4
 # venv's ensurepip under Python 3.9 leaves a copy of pip's CA bundle (tmp*cacert.pem) in TMPDIR
 # for good: it runs in a scratch TMPDIR of its own, removed afterwards.
 make_venv = { scratch=$$(mktemp -d) && TMPDIR=$$scratch $(1) -m venv $(2); status=$$?; rm -rf "$$scratch"; [ $$status = 0 ]; }
@@ -22,7 +30,7 @@ make_venv = { scratch=$$(mktemp -d) && TMPDIR=$$scratch $(1) -m venv $(2); statu
 run_pytest = base=$$(mktemp -d "$${TMPDIR:-/tmp}/token-resource-pytest.XXXXXX") && \
 	{ env $(2) $(1) -m pytest --basetemp="$$base/run" $(3); status=$$?; rm -rf "$$base"; exit $$status; }
 
-.PHONY: all demo test lint unit proto proto-check clean
+.PHONY: all demo test quick lint unit $(addprefix unit-,$(UNIT_VENVS)) proto proto-check clean
 
 all: test
 
@@ -46,23 +54,31 @@ demo: $(NEWEST)/.installed
 
 # mypy runs under the oldest Python: it checks the code as Python 3.9 sees it.
 lint: $(OLDEST)/.installed $(NEWEST)/.installed
-	$(NEWEST)/bin/ruff check agent tests bench packaging/ansible packaging/image
-	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible packaging/image
+	$(NEWEST)/bin/ruff check agent tests bench packaging/ansible packaging/image packaging/license_for_setuptools.py
+	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible packaging/image packaging/license_for_setuptools.py
 	$(OLDEST)/bin/mypy
 	$(NEWEST)/bin/lint-imports --no-cache
 
 # Everything but the system tests and the tests against real Kubernetes components, under both
 # Pythons and under RHEL 9's libraries (and the Ansible virtualenv, which runs the role's choice
 # of package in tests/packaging).
-unit: $(OLDEST)/.installed $(NEWEST)/.installed $(RHEL9)/.installed $(VENV_DIR)/ansible/.installed
-	$(call run_pytest,$(OLDEST)/bin/python,,$(UNIT_ARGS))
-	$(call run_pytest,$(NEWEST)/bin/python,,$(UNIT_ARGS))
-	$(call run_pytest,$(RHEL9)/bin/python,,$(UNIT_ARGS))
+unit: $(addprefix unit-,$(UNIT_VENVS))
+$(addprefix unit-,$(UNIT_VENVS)): unit-%: $(VENV_DIR)/%/.installed $(VENV_DIR)/ansible/.installed
+	$(call run_pytest,$(VENV_DIR)/$*/bin/python,,$(UNIT_ARGS))
 
-test: lint proto-check unit kube-test system-test
+# The inner loop: lint and the unit suite under the newest Python, side by side.
+quick:
+	$(MAKE) --no-print-directory -j 2 --output-sync=target lint unit-newest
+
+# Everything, the stages side by side (TEST_JOBS at a time), each one's output printed whole
+# when it ends: the Go builds of tests/kube (CPU-bound, niced) from the start, beside the
+# unit runs and the system tests, which mostly wait; tests/kube once its programs are built.
+test:
+	$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target \
+		kube-programs lint proto-check unit kube-test system-test
 
 # protoc (3.21, from grpcio-tools 1.51) writes the typing stubs of the protocol module and its
-# description of each .proto, which tests/test_protocol.py compares the modules' own
+# description of each .proto, which tests/protocol/test_protocol.py compares the modules' own
 # descriptors with. The classes themselves are built at import time (protocol/descriptor.py).
 PROTOC := $(VENV_DIR)/protoc/bin/python -m grpc_tools.protoc
 PROTO_OUT ?= .
@@ -75,10 +91,10 @@ $(VENV_DIR)/protoc/.installed:
 PROTO_FILES := deviceplugin podresources pluginregistration dra_v1 dra_v1beta1 \
 	dra_health_v1alpha1 dra_health_v1
 proto: $(VENV_DIR)/protoc/.installed
-	mkdir -p $(PROTO_OUT)/agent $(PROTO_OUT)/tests
+	mkdir -p $(PROTO_OUT)/agent $(PROTO_OUT)/tests/protocol
 	cd agent && for name in $(PROTO_FILES); do \
 		../$(PROTOC) -I. --pyi_out=$(abspath $(PROTO_OUT))/agent \
-			--descriptor_set_out=$(abspath $(PROTO_OUT))/tests/$$name.desc \
+			--descriptor_set_out=$(abspath $(PROTO_OUT))/tests/protocol/$$name.desc \
 			token_resource/protocol/$$name.proto || exit 1; \
 	done
 
@@ -87,7 +103,7 @@ proto-check: $(VENV_DIR)/protoc/.installed
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(MAKE) -s proto PROTO_OUT=$$tmp && \
 	for name in $(PROTO_FILES); do \
-		cmp $$tmp/tests/$$name.desc tests/$$name.desc && \
+		cmp $$tmp/tests/protocol/$$name.desc tests/protocol/$$name.desc && \
 		cmp $$tmp/agent/token_resource/protocol/$${name}_pb2.pyi \
 			agent/token_resource/protocol/$${name}_pb2.pyi || exit 1; \
 	done

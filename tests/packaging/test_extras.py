@@ -35,6 +35,12 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(REPO / "README.md", source)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(REPO / "agent", source / "agent", ignore=ignore)
+    # As the .deb and .rpm builds do first: setuptools 66 reads no SPDX license.
+    subprocess.run(
+        ["/usr/bin/python3", REPO / "packaging/license_for_setuptools.py", "pyproject.toml"],
+        cwd=source,
+        check=True,
+    )
     wheels = tmp_path_factory.mktemp("wheels")
     built = subprocess.run(
         ["/usr/bin/python3", "-c", BUILD, str(wheels)],
@@ -44,17 +50,24 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=120,
         check=True,
     )
-    name = built.stdout.split()[-1]
-    with zipfile.ZipFile(wheels / name) as agent:
-        [metadata] = [item for item in agent.namelist() if item.endswith(".dist-info/METADATA")]
-        lines = agent.read(metadata).decode().splitlines()
-    for line in lines:
+    for line in _metadata(wheels / built.stdout.split()[-1]):
         if line.startswith("Requires-Dist:"):
             match = REQUIREMENT.match(line.partition(":")[2].strip())
             assert match, line
             if match[1] != "token-resource":
                 _empty_wheel(wheels, match[1], match[2] or "1.0")
     return wheels
+
+
+def _metadata(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        [metadata] = [item for item in archive.namelist() if item.endswith(".dist-info/METADATA")]
+        return archive.read(metadata).decode().splitlines()
+
+
+def test_the_wheel_says_the_license(wheels: Path) -> None:
+    [agent] = wheels.glob("token_resource-*.whl")
+    assert "License: Apache-2.0" in _metadata(agent)
 
 
 def _empty_wheel(directory: Path, name: str, version: str) -> None:
