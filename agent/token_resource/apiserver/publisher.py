@@ -119,12 +119,19 @@ class SlicePublisher(Keeper[Wanted]):
         self._list_version = ""
         # Pools to write as a new generation even if they hold what they should.
         self._rewrite: set[str] = set()
+        # Set by close(): a sync still running in its thread writes nothing more.
+        self._closed = False
 
     def apply(
         self, settings: KubernetesSettings, driver: str, pools: Mapping[str, PoolWanted]
     ) -> None:
         """Publish a pool per resource of ``pools``, and nothing else of the driver's."""
         self.want(Wanted(settings, driver, dict(pools)))
+
+    async def close(self) -> None:
+        """Write nothing more (the slices stay), then stop keeping them."""
+        self._closed = True
+        await super().close()
 
     def resync(self) -> None:
         """Look again now (the kubelet registered the plugin: it may have wiped the slices)."""
@@ -205,7 +212,7 @@ class SlicePublisher(Keeper[Wanted]):
 
     def _may_write(self, client: ApiClient) -> bool:
         """Whether the next write may be sent, with ``client``'s timeout cut to the time left."""
-        if self._superseded() is not None:
+        if self._closed or self._superseded() is not None:
             return False
         left = self._time_left()
         if left is None:

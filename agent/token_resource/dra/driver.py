@@ -237,8 +237,12 @@ class DraDriver:
         )
 
     async def close(self) -> None:
-        """Deregister first (the kubelet stops calling), then stop serving. The slices stay:
-        the kubelet removes them 30 s after the driver is gone, unless it comes back."""
+        """Stop publishing, deregister (the kubelet stops calling), then stop serving. The
+        slices stay: the kubelet removes them 30 s after the driver is gone, unless it comes
+        back. The publisher goes first: without its registration socket an instance no longer
+        sees the newer one of a rollout, and its last syncs wrote its own count over that one's
+        pool (a watch event while it stopped)."""
+        await self._publisher.close()
         await self._registration.stop()
         if self._nudging is not None:
             self._nudging.cancel()
@@ -247,7 +251,6 @@ class DraDriver:
             self._health.close()
             await server.stop(_STOP_GRACE_SECONDS)
             self._service_socket.unlink(missing_ok=True)
-        await self._publisher.close()
         # In a thread: it waits for a read still under way (stopping the server cancels the
         # call, not the worker thread that reads).
         await asyncio.to_thread(self._claims.close)
