@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from tests.apiserver.test_slice_publisher import cluster_slice
-from tests.dra import test_dra
-from tests.dra.test_dra import (
+from tests.dra.node import (
     DRIVER,
     NODE,
     POOL,
@@ -38,8 +37,6 @@ from token_resource.apiserver.credentials import load_credentials
 from token_resource.apiserver.slices import SLICES_PATH, cluster_pool_name, pool_name
 from token_resource.config.model import KubernetesSettings
 
-# The DRA tests' fixtures: the kubelet's and CDI directories, the kubelet stand-in, the agent.
-dirs, kubelet, dra_agent = test_dra.dirs, test_dra.kubelet, test_dra.dra_agent
 SEAT = "example.com/seat"
 SEAT_POOL = cluster_pool_name(SEAT)
 SEAT_ENV = "TOKEN_RESOURCE_EXAMPLE_COM_SEAT"

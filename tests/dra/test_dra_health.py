@@ -11,14 +11,25 @@ from typing import Any
 
 import pytest
 
-from tests.dra import test_dra
-from tests.dra.test_dra import DRIVER, NODE, POOL, TIMEOUT, TOKEN, config, kubeconfig_of, registered
+from tests.dra.node import (
+    DRIVER,
+    NODE,
+    POOL,
+    TIMEOUT,
+    TOKEN,
+    allocate,
+    claim_id,
+    config,
+    dra_resource,
+    kubeconfig_of,
+    node_kubelet,
+    registered,
+    status_json,
+)
 from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView
 
-# The DRA tests' fixtures: the kubelet's and CDI directories, the kubelet stand-in, the agent.
-dirs, kubelet, dra_agent = test_dra.dirs, test_dra.kubelet, test_dra.dra_agent
 TAINT = f"{DRIVER}/unhealthy"
 TOKENS = [f"token-{index}" for index in range(8)]
 
@@ -98,12 +109,12 @@ def test_an_unhealthy_token_is_tainted_and_the_taint_goes_when_it_recovers(
     start(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 4))
     apiserver.wait_for(tainted({}, 4), timeout=TIMEOUT)
     # A running pod's claim holds token-1 when its dongle goes.
-    namespace, uid, name = test_dra.claim_id(test_dra.allocate(apiserver, "web-1", "token-1"))
+    namespace, uid, name = claim_id(allocate(apiserver, "web-1", "token-1"))
     assert kubelet.prepare(DRIVER, [(namespace, uid, name)]).error is None
     specs = sorted(path.name for path in dirs["cdi"].iterdir())
     (devices / "token1").unlink()
     apiserver.wait_for(tainted({"token-1": "NoSchedule"}, 4), timeout=TIMEOUT)
-    report = test_dra.status_json(dra_agent)
+    report = status_json(dra_agent)
     [resource] = report["resources"]
     assert (resource["healthy"], resource["in_use"], resource["free"]) == (3, 1, 3)
     assert report["dra"]["taints"] is True
@@ -162,7 +173,7 @@ def test_where_the_api_server_drops_taints_unhealthy_tokens_are_left_out(
         lambda v: set(devices_of(v)) == {"token-0", "token-1", "token-3"}, timeout=TIMEOUT
     )
     assert all(taints == [] for taints in devices_of(view).values())
-    report = test_dra.status_json(dra_agent)
+    report = status_json(dra_agent)
     assert report["dra"]["taints"] is False
     assert "drops device taints" in dra_agent.cli("status").stdout
     (devices / "token2").touch()
@@ -203,13 +214,13 @@ def test_the_kubelet_health_stream_lists_every_token_and_follows_a_reload(
 ) -> None:
     """A 1.36 kubelet opens v1alpha1 on every driver; on a real node without the service it
     logged "Method not found!" every 5 s. One stream, no error, each change sent on it."""
-    start(dra_agent, dirs, apiserver, kubelet, tmp_path, test_dra.dra_resource(3))
+    start(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(3))
     view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:3], "Healthy")), timeout=TIMEOUT)
     assert view.dra is not None
     assert view.dra.drivers[DRIVER].plugins[0].health_service == "v1alpha1.DRAResourceHealth"
     assert {d.timeout for d in view.dra.drivers[DRIVER].health} == {30.0}
     kubeconfig = kubeconfig_of(apiserver, tmp_path)
-    dra_agent.write_config(config(dirs, kubeconfig, test_dra.dra_resource(5)))
+    dra_agent.write_config(config(dirs, kubeconfig, dra_resource(5)))
     view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:5], "Healthy")), timeout=TIMEOUT)
     assert streams_of(view) == (1, ())
 
@@ -240,8 +251,8 @@ def test_a_137_kubelet_watches_the_v1_health_service_the_agent_lists(
     apiserver: ApiServerStandin,
     tmp_path: Path,
 ) -> None:
-    with test_dra.node_kubelet(dirs, apiserver, dra_resource_health="1.37") as kubelet:
-        start(dra_agent, dirs, apiserver, kubelet, tmp_path, test_dra.dra_resource(2))
+    with node_kubelet(dirs, apiserver, dra_resource_health="1.37") as kubelet:
+        start(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(2))
         view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:2], "Healthy")), timeout=TIMEOUT)
         assert view.dra is not None
         assert view.dra.drivers[DRIVER].plugins[0].health_service == "v1.DRAResourceHealth"

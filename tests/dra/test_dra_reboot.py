@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.apiserver.test_dra_in_cluster import ACCOUNT, ADMISSION, overlay_rules
-from tests.dra.test_dra import DRIVER, NODE, TOKEN, config, dirs, dra_agent, dra_resource
+from tests.dra.node import DRIVER, NODE, TOKEN, config, dra_resource
 from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, CertificateAuthority
 from tests.standin.apiserver.admission import policy_documents
@@ -21,8 +21,6 @@ from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.kubelet_pods import FAILED_PREPARE, PodSource
 from tests.standin.test_kubelet_dra import access
 from token_resource.apiserver.slices import pool_name
-
-__all__ = ["dirs", "dra_agent"]  # fixtures
 
 # The kubelet's resync in these tests: far shorter than its real minute, far longer than a
 # nudge takes, so that which of the two prepared a pod is plain.

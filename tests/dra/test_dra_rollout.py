@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dra import test_dra
-from tests.dra.test_dra import (
+from tests.dra.node import (
     DRIVER,
     NODE,
     POOL,
@@ -33,8 +32,6 @@ from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.kubelet_dra import CallResult
 from token_resource.host.lock import DirectoryLock
 
-# The DRA tests' fixtures: the kubelet's and CDI directories, the API-server stand-in.
-dirs, apiserver = test_dra.dirs, test_dra.apiserver
 INSTANCE = "TOKEN_RESOURCE_INSTANCE"
 OLD_POD, NEW_POD = "5f0c1e9a-old0-4d6b-9a3e-000000000001", "7b2d4c6e-new0-4f8a-8c1d-000000000002"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.dra.test_dra import status_json
+from tests.dra.node import status_json
 from tests.harness import AgentProcess, agent_sockets, rollout_pair
 from tests.kube.controlplane import ControlPlane
 from tests.kube.devicemanager import DeviceManager, running

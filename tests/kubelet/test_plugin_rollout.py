@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dra.test_dra import kubeconfig_of, status_json
+from tests.dra.node import kubeconfig_of, status_json
 from tests.harness import AgentProcess, agent_sockets, rollout_pair
 from tests.standin.apiserver import ApiServerStandin, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView

@@ -22,8 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.dra import test_dra
-from tests.dra.test_dra import (
+from tests.dra.node import (
     DRIVER,
     ENV,
     TIMEOUT,
@@ -39,14 +38,6 @@ from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin
 from tests.standin.kubelet import KubeletStandin
 from tests.system.cri import Containerd, CriRuntime, cri_runtime, unpack_containerd
-
-# The DRA tests' fixtures: the kubelet's and CDI directories, both stand-ins, the agent.
-dirs, apiserver, kubelet, dra_agent = (
-    test_dra.dirs,
-    test_dra.apiserver,
-    test_dra.kubelet,
-    test_dra.dra_agent,
-)
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/token-resource-cdi-test:1"
