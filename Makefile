@@ -62,7 +62,10 @@ lint: $(OLDEST)/.installed $(NEWEST)/.installed
 # Everything but the system tests and the tests against real Kubernetes components, under both
 # Pythons and under RHEL 9's libraries (and the Ansible virtualenv, which runs the role's choice
 # of package in tests/packaging).
-unit: $(addprefix unit-,$(UNIT_VENVS))
+# The three runs one after another (-j1): one run's workers already take what the waiting tests
+# leave of two cores, and make test runs the system tests beside them.
+unit:
+	$(MAKE) --no-print-directory -j1 $(addprefix unit-,$(UNIT_VENVS))
 $(addprefix unit-,$(UNIT_VENVS)): unit-%: $(VENV_DIR)/%/.installed $(VENV_DIR)/ansible/.installed
 	$(call run_pytest,$(VENV_DIR)/$*/bin/python,,$(UNIT_ARGS))
 
@@ -71,8 +74,8 @@ quick:
 	$(MAKE) --no-print-directory -j 2 --output-sync=target lint unit-newest
 
 # Everything, the stages side by side (TEST_JOBS at a time), each one's output printed whole
-# when it ends: the Go builds of tests/kube (CPU-bound, niced) from the start, beside the
-# unit runs and the system tests, which mostly wait; tests/kube once its programs are built.
+# when it ends: the Go builds of tests/kube (CPU-bound, niced) from the start, beside the lint,
+# the unit runs and the system tests, which mostly wait; tests/kube once its programs are built.
 test:
 	$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target \
 		kube-programs lint proto-check unit kube-test system-test

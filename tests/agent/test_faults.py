@@ -195,6 +195,7 @@ RESTART_COUNTS = {"example.com/a": 2, "example.com/b": 3, "example.com/c": 1, "a
 
 
 @seeds()
+@pytest.mark.timeout(600)  # many agent restarts: minutes under load
 def test_kubelet_restarts_in_a_row_lose_nothing_and_leak_nothing(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random
 ) -> None:
@@ -481,6 +482,7 @@ def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_win
 
 
 @seeds(1881137, 871102402, 956387797)  # see the random config-write test's seeds
+@pytest.mark.timeout(600)  # many agent restarts: minutes under load
 def test_sigkill_at_random_moments_then_restart_recovers(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random
 ) -> None:
@@ -552,8 +554,9 @@ def test_many_containers_in_one_allocate(
 ) -> None:
     _, kubelet = plugin_channel
     containers = [pb.ContainerAllocateRequest(devices_ids=[f"token-{i}"]) for i in range(1000)]
+    # 1000 containers take the agent seconds under load; the real kubelet sets no deadline.
     response = kubelet.allocate_raw(
-        "example.com/b", pb.AllocateRequest(container_requests=containers)
+        "example.com/b", pb.AllocateRequest(container_requests=containers), timeout=60
     )
     assert [dict(c.envs) for c in response.container_responses] == [
         {"TOKEN_RESOURCE_EXAMPLE_COM_B": f"token-{i}"} for i in range(1000)
@@ -561,7 +564,9 @@ def test_many_containers_in_one_allocate(
     # One bad container among many fails the whole request, and nothing else.
     containers.insert(500, pb.ContainerAllocateRequest(devices_ids=["token-1000"]))
     with pytest.raises(grpc.RpcError) as raised:
-        kubelet.allocate_raw("example.com/b", pb.AllocateRequest(container_requests=containers))
+        kubelet.allocate_raw(
+            "example.com/b", pb.AllocateRequest(container_requests=containers), timeout=60
+        )
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
     many = pb.PreferredAllocationRequest(
         container_requests=[
@@ -571,7 +576,7 @@ def test_many_containers_in_one_allocate(
             for size in range(200)
         ]
     )
-    response_ = kubelet.get_preferred_allocation_raw("example.com/b", many)
+    response_ = kubelet.get_preferred_allocation_raw("example.com/b", many, timeout=60)
     assert [len(c.deviceIDs) for c in response_.container_responses] == list(range(200))
     assert kubelet.allocate("example.com/b", ["token-999"]).container_responses
 

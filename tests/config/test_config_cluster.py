@@ -505,6 +505,7 @@ def render(requirement: SelectorRequirement, spaces: str, set_form: bool) -> str
     return f"{key} {word}{spaces}({spaces}{f'{spaces},'.join(values)})"
 
 
+@pytest.mark.timeout(600)  # CPU-bound Hypothesis run: minutes under load
 @BOUNDED
 @given(st.lists(st.tuples(_REQUIREMENTS, _SPACES, st.booleans()), min_size=1, max_size=5))
 def test_a_rendered_selector_parses_back_to_its_requirements(

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,9 @@ from token_resource.config.errors import ConfigError
 from token_resource.config.load import parse_config
 from token_resource.config.model import MAX_COUNT, Config
 from token_resource.config.names import default_env_name
+
+# CPU-bound Hypothesis runs: minutes under load (a busy CI machine, the suite's own workers).
+pytestmark = pytest.mark.timeout(600)
 
 # Bounded, and without an example database so that runs leave nothing behind. `make fuzz`
 # raises the number of examples (TOKEN_RESOURCE_EXAMPLES).

@@ -21,6 +21,9 @@ from typing import Any
 
 import pytest
 
+# ansible-playbook runs: a minute quiet, more under load.
+pytestmark = pytest.mark.timeout(600)
+
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "packaging/ansible/roles/token_resource"
 

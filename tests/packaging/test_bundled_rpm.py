@@ -26,6 +26,9 @@ import pytest
 
 from token_resource._compat import tomllib
 
+# The module's fixture builds the package (pip, rpmbuild): minutes under load.
+pytestmark = pytest.mark.timeout(600)
+
 REPO = Path(__file__).resolve().parents[2]
 NAME = "token-resource-bundled"
 PRIVATE = "/usr/lib/token-resource/site-packages"

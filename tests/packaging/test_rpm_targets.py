@@ -24,6 +24,9 @@ from packaging.version import Version
 
 from tests.packaging.test_rpm import NAME, REPO, project_version, run
 
+# Each target's package is built (rpmbuild): minutes under load.
+pytestmark = pytest.mark.timeout(600)
+
 
 @dataclass(frozen=True)
 class Distribution:

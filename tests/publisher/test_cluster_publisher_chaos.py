@@ -40,6 +40,9 @@ from tests.publisher.cluster_publishers import (
 from tests.seeded import seeds
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 
+# Rounds of kills and cut-offs, each waiting out lease periods: minutes under load.
+pytestmark = pytest.mark.timeout(600)
+
 ROUNDS = int(os.environ.get("TOKEN_RESOURCE_CHAOS_ROUNDS", "50"))
 TOKENS = 5
 SETTLE = 30.0  # seconds a round may take to settle: a take-over needs about a lease duration
