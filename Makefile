@@ -78,7 +78,7 @@ quick:
 # the unit runs and the system tests, which mostly wait; tests/kube once its programs are built.
 test:
 	$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target \
-		kube-programs lint proto-check unit kube-test system-test
+		kube-programs system-rootfs lint proto-check unit kube-test system-test
 
 # protoc (3.21, from grpcio-tools 1.51) writes the typing stubs of the protocol module and its
 # description of each .proto, which tests/protocol/test_protocol.py compares the modules' own

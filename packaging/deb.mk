@@ -29,7 +29,7 @@ DEB_ENV := env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV -u PYENV_VERSION \
 SYSTEM_TEST_PYTHON ?= $(NEWEST)/bin/python
 SYSTEM_TEST_ARGS ?=
 
-.PHONY: deb system-test
+.PHONY: deb system-rootfs system-test
 
 deb:
 	@test -n "$(DEB_VERSION)" || { echo "deb: no [project].version in pyproject.toml" >&2; exit 1; }
@@ -61,5 +61,10 @@ deb:
 # Needs root and the host packages in packaging/README-system-tests.md. Each suite's
 # rootfs is cached under ${XDG_CACHE_HOME:-$HOME/.cache}/token-resource-tests/; the
 # newer version for the upgrade test is built by the tests themselves.
-system-test: deb $(NEWEST)/.installed $(VENV_DIR)/ansible/.installed
+# The suites' rootfs tarballs (the cache above), built where missing before the tests start:
+# outside their time limits, and in make test from the start, beside the unit runs.
+system-rootfs: $(NEWEST)/.installed
+	$(SYSTEM_TEST_PYTHON) -m tests.system.harness
+
+system-test: deb system-rootfs $(NEWEST)/.installed $(VENV_DIR)/ansible/.installed
 	$(call run_pytest,$(SYSTEM_TEST_PYTHON),TOKEN_RESOURCE_DEB=$(CURDIR)/$(DEB_FILE),-p no:cacheprovider tests/system $(SYSTEM_TEST_ARGS))
