@@ -62,12 +62,17 @@ lint: $(OLDEST)/.installed $(NEWEST)/.installed
 # Everything but the system tests and the tests against real Kubernetes components, under both
 # Pythons and under RHEL 9's libraries (and the Ansible virtualenv, which runs the role's choice
 # of package in tests/packaging).
-# The three runs one after another (-j1): one run's workers already take what the waiting tests
-# leave of two cores, and make test runs the system tests beside them.
-unit:
-	$(MAKE) --no-print-directory -j1 $(addprefix unit-,$(UNIT_VENVS))
+# $(call unit_run,VENV): the unit suite in one virtualenv, a recipe line of its own.
+define unit_run
+	$(call run_pytest,$(VENV_DIR)/$(1)/bin/python,,$(UNIT_ARGS))
+
+endef
+# The three runs one after another, in one recipe: one run's workers already take what the
+# waiting tests leave of two cores, and make test runs the system tests beside them.
+unit: $(foreach v,$(UNIT_VENVS),$(VENV_DIR)/$(v)/.installed) $(VENV_DIR)/ansible/.installed
+	$(foreach v,$(UNIT_VENVS),$(call unit_run,$(v)))
 $(addprefix unit-,$(UNIT_VENVS)): unit-%: $(VENV_DIR)/%/.installed $(VENV_DIR)/ansible/.installed
-	$(call run_pytest,$(VENV_DIR)/$*/bin/python,,$(UNIT_ARGS))
+	$(call unit_run,$*)
 
 # The inner loop: lint and the unit suite under the newest Python, side by side.
 quick:
