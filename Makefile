@@ -79,8 +79,9 @@ quick:
 	$(MAKE) --no-print-directory -j 2 --output-sync=target lint unit-newest
 
 # Everything, the stages side by side (TEST_JOBS at a time), each one's output printed whole
-# when it ends: the Go builds of tests/kube (CPU-bound, niced) from the start, beside the lint,
-# the unit runs and the system tests, which mostly wait; tests/kube once its programs are built.
+# when it ends: the Go builds of tests/kube from the start (CPU-bound, and cold the longest
+# chain: niced, they got almost nothing while the tests ran), beside the lint, the unit runs and
+# the system tests, which mostly wait; tests/kube once its programs are built.
 test:
 	$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target \
 		kube-programs system-rootfs lint proto-check unit kube-test system-test

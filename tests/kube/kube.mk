@@ -16,8 +16,6 @@
 KUBE_RELEASES := 1.36 1.37
 KUBE_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/token-resource/kube
 KUBE_TEST_ARGS ?=
-# The builds take what CPU the tests leave them (make test runs both at once).
-KUBE_NICE ?= nice -n 10
 
 HELM := $(KUBE_BIN)/helm/helm
 # pyproject.toml's version, as packaging/deb.mk reads it.
@@ -31,14 +29,14 @@ kube-programs:
 		echo "kube-programs: Kubernetes $$release"; \
 		(cd tests/kube/go/v$$release && \
 		 version=$$(go list -m -f '{{.Version}}' k8s.io/kubernetes) && \
-		 $(KUBE_NICE) go build -trimpath -buildvcs=false \
+		 go build -trimpath -buildvcs=false \
 			-ldflags "-X k8s.io/component-base/version.gitVersion=$$version" \
 			-o $(KUBE_BIN)/v$$release/ ./...) || exit 1; \
 	done
 	echo "kube-programs: helm"
 	cd tests/kube/go/helm && \
 	version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4) && \
-	$(KUBE_NICE) go build -trimpath -buildvcs=false \
+	go build -trimpath -buildvcs=false \
 		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$version" \
 		-o $(HELM) helm.sh/helm/v4/cmd/helm
 
