@@ -22,6 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.dra import conftest as dra_fixtures
 from tests.dra.node import (
     DRIVER,
     ENV,
@@ -38,6 +39,15 @@ from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin
 from tests.standin.kubelet import KubeletStandin
 from tests.system.cri import Containerd, CriRuntime, cri_runtime, unpack_containerd
+
+# The DRA tests' fixtures (tests/dra/conftest.py): the node's directories, both stand-ins, the
+# agent.
+dirs, apiserver, kubelet, dra_agent = (
+    dra_fixtures.dirs,
+    dra_fixtures.apiserver,
+    dra_fixtures.kubelet,
+    dra_fixtures.dra_agent,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/token-resource-cdi-test:1"
