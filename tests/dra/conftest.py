@@ -11,12 +11,10 @@ import pytest
 from tests.dra.node import (
     NODE,
     TIMEOUT,
-    config,
     dra_resource,
-    kubeconfig_of,
     node_kubelet,
     pool_of,
-    registered,
+    start_driver,
 )
 from tests.harness import AgentProcess
 from tests.paths import short_temporary_directory
@@ -65,8 +63,6 @@ def serving(
     kubelet: KubeletStandin,
     tmp_path: Path,
 ) -> AgentProcess:
-    dra_agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), dra_resource(4)))
-    dra_agent.start()
-    kubelet.wait_for(registered, timeout=TIMEOUT)
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(4))
     apiserver.wait_for(pool_of(4), timeout=TIMEOUT)
     return dra_agent

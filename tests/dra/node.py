@@ -85,6 +85,20 @@ def pool_of(count: int, generation: int | None = None) -> Callable[[ApiServerVie
     return holds
 
 
+def start_driver(
+    agent: AgentProcess,
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    kubelet: KubeletStandin,
+    tmp_path: Path,
+    resources: str,
+) -> None:
+    """The agent started as the node's driver with ``resources``, once the kubelet has it."""
+    agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), resources))
+    agent.start()
+    kubelet.wait_for(registered, timeout=TIMEOUT)
+
+
 def allocate(apiserver: ApiServerStandin, pod: str, *tokens: str, **options: Any) -> dict[str, Any]:
     """The scheduler's part: a claim for ``pod`` on the node, allocated these tokens."""
     results = [("container-0-request-0-0", POOL, token) for token in tokens]

@@ -27,6 +27,7 @@ from tests.dra.node import (
     node_kubelet,
     pool_of,
     registered,
+    start_driver,
     status_json,
 )
 from tests.harness import AgentProcess
@@ -456,9 +457,7 @@ def test_an_agent_restarted_without_dra_resources_still_serves_its_prepared_clai
     claim = claim_id(allocate(apiserver, "web-1", "token-2"))
     assert kubelet.prepare(DRIVER, [claim]).error is None
     assert serving.stop() == 0
-    serving.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), NO_DRA_RESOURCE))
-    serving.start()
-    kubelet.wait_for(registered, timeout=TIMEOUT)
+    start_driver(serving, dirs, apiserver, kubelet, tmp_path, NO_DRA_RESOURCE)
     assert "serving 1 claim(s) prepared before" in serving.log()
     assert status_json(serving)["dra"]["claims"][0]["name"] == claim[2]
     assert kubelet.unprepare(DRIVER, [claim]).error is None

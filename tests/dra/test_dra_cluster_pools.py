@@ -26,6 +26,7 @@ from tests.dra.node import (
     kubeconfig_of,
     pool_of,
     registered,
+    start_driver,
     status_json,
 )
 from tests.harness import AgentProcess
@@ -66,9 +67,7 @@ def serving(
     """The node's agent with a node pool of 4 tokens and the cluster's 2 seats, and the
     cluster pool on the API server, as the elected publisher keeps it."""
     resources = dra_resource(4) + cluster_resource()
-    dra_agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), resources))
-    dra_agent.start()
-    kubelet.wait_for(registered, timeout=TIMEOUT)
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, resources)
     apiserver.wait_for(pool_of(4), timeout=TIMEOUT)
     admin = KubernetesSettings(
         kubeconfig=apiserver.write_kubeconfig(tmp_path / "admin.conf", token=ADMIN)

@@ -23,7 +23,7 @@ from tests.dra.node import (
     dra_resource,
     kubeconfig_of,
     node_kubelet,
-    registered,
+    start_driver,
     status_json,
 )
 from tests.harness import AgentProcess
@@ -84,19 +84,6 @@ def tainted(expected: dict[str, str], count: int) -> Callable[[ApiServerView], b
     return holds
 
 
-def start(
-    agent: AgentProcess,
-    dirs: dict[str, Path],
-    apiserver: ApiServerStandin,
-    kubelet: KubeletStandin,
-    tmp_path: Path,
-    resources: str,
-) -> None:
-    agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), resources))
-    agent.start()
-    kubelet.wait_for(registered, timeout=TIMEOUT)
-
-
 def test_an_unhealthy_token_is_tainted_and_the_taint_goes_when_it_recovers(
     dra_agent: AgentProcess,
     dirs: dict[str, Path],
@@ -106,7 +93,7 @@ def test_an_unhealthy_token_is_tainted_and_the_taint_goes_when_it_recovers(
 ) -> None:
     devices = tmp_path / "dev"
     plug_all(devices, 4)
-    start(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 4))
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 4))
     apiserver.wait_for(tainted({}, 4), timeout=TIMEOUT)
     # A running pod's claim holds token-1 when its dongle goes.
     namespace, uid, name = claim_id(allocate(apiserver, "web-1", "token-1"))
@@ -141,7 +128,7 @@ def test_no_execute_when_the_resource_asks_for_it_and_64_devices_per_tainted_sli
 ) -> None:
     devices = tmp_path / "dev"
     plug_all(devices, 100)
-    start(
+    start_driver(
         dra_agent,
         dirs,
         apiserver,
@@ -168,7 +155,7 @@ def test_where_the_api_server_drops_taints_unhealthy_tokens_are_left_out(
     devices = tmp_path / "dev"
     plug_all(devices, 4)
     (devices / "token2").unlink()
-    start(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 4))
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 4))
     view = apiserver.wait_for(
         lambda v: set(devices_of(v)) == {"token-0", "token-1", "token-3"}, timeout=TIMEOUT
     )
@@ -214,7 +201,7 @@ def test_the_kubelet_health_stream_lists_every_token_and_follows_a_reload(
 ) -> None:
     """A 1.36 kubelet opens v1alpha1 on every driver; on a real node without the service it
     logged "Method not found!" every 5 s. One stream, no error, each change sent on it."""
-    start(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(3))
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(3))
     view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:3], "Healthy")), timeout=TIMEOUT)
     assert view.dra is not None
     assert view.dra.drivers[DRIVER].plugins[0].health_service == "v1alpha1.DRAResourceHealth"
@@ -234,7 +221,7 @@ def test_an_unhealthy_token_is_unhealthy_on_the_health_stream_with_the_probes_re
 ) -> None:
     devices = tmp_path / "dev"
     plug_all(devices, 3)
-    start(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 3))
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, probed(devices, 3))
     kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:3], "Healthy")), timeout=TIMEOUT)
     (devices / "token1").unlink()
     expected = {"token-0": "Healthy", "token-1": "Unhealthy", "token-2": "Healthy"}
@@ -252,7 +239,7 @@ def test_a_137_kubelet_watches_the_v1_health_service_the_agent_lists(
     tmp_path: Path,
 ) -> None:
     with node_kubelet(dirs, apiserver, dra_resource_health="1.37") as kubelet:
-        start(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(2))
+        start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(2))
         view = kubelet.wait_for(health_is(dict.fromkeys(TOKENS[:2], "Healthy")), timeout=TIMEOUT)
         assert view.dra is not None
         assert view.dra.drivers[DRIVER].plugins[0].health_service == "v1.DRAResourceHealth"

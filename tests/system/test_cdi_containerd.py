@@ -29,11 +29,10 @@ from tests.dra.node import (
     TIMEOUT,
     allocate,
     claim_id,
-    config,
     dra_resource,
-    kubeconfig_of,
     pool_of,
     registered,
+    start_driver,
 )
 from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin
@@ -133,20 +132,6 @@ def refusal(cri: CriRuntime, cdi_ids: list[str]) -> str:
     return details
 
 
-def serve(
-    agent: AgentProcess,
-    dirs: dict[str, Path],
-    apiserver: ApiServerStandin,
-    kubelet: KubeletStandin,
-    tmp_path: Path,
-    count: int,
-) -> None:
-    agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), dra_resource(count)))
-    agent.start()
-    kubelet.wait_for(registered, timeout=TIMEOUT)
-    apiserver.wait_for(pool_of(count), timeout=TIMEOUT)
-
-
 def test_the_runtime_enforces_the_cdi_version_rules(cri: CriRuntime, dirs: dict[str, Path]) -> None:
     """What earlier builds (up to 68301fc) wrote for a claim whose UID begins with a digit is
     refused; the same spec declaring 0.5.0 is read."""
@@ -172,7 +157,8 @@ def test_each_claims_container_sees_its_token_whatever_its_uid_begins_with(
     kubelet: KubeletStandin,
     tmp_path: Path,
 ) -> None:
-    serve(dra_agent, dirs, apiserver, kubelet, tmp_path, 16)
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(16))
+    apiserver.wait_for(pool_of(16), timeout=TIMEOUT)
     for index, first in enumerate("0123456789abcdef"):
         uid = first + str(uuid.uuid4())[1:]
         namespace, uid, name = claim_id(
@@ -194,7 +180,8 @@ def test_an_upgraded_agent_repairs_the_specs_of_claims_already_prepared(
 ) -> None:
     """A pod in CreateContainerError after an earlier build prepared its claim starts once
     the new agent has started: the kubelet retries the container with the CDI IDs it has."""
-    serve(dra_agent, dirs, apiserver, kubelet, tmp_path, 2)
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(2))
+    apiserver.wait_for(pool_of(2), timeout=TIMEOUT)
     cdi_ids = {}
     for index, first in enumerate("4d"):
         namespace, uid, name = claim_id(
