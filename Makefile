@@ -13,8 +13,10 @@ RHEL9 := $(VENV_DIR)/rhel9
 RHEL9_PINS := grpcio==1.46.3 protobuf==3.14.0 sdnotify==0.3.2 tomli==2.0.1 watchdog==2.2.1
 PYTEST_ARGS ?=
 # The unit suite's workers (pytest-xdist) in each virtualenv's run: its tests mostly wait on
-# sockets, agents and timers, so more of them than cores (docs/development.md has the figures).
-# loadgroup keeps the tests of one xdist_group on one worker (each group says why).
+# sockets, agents and timers, so more of them than cores. 6 were the fastest for one run alone
+# (3 min 15 s, 4: 3 min 59 s; ../shared/docs/suite-timing.md); make test runs the system tests
+# and the Go builds beside it, so 4 (not compared there). loadgroup keeps the tests of one
+# xdist_group on one worker (each group says why).
 UNIT_WORKERS ?= 4
 UNIT_ARGS = -n $(UNIT_WORKERS) --dist loadgroup -p no:cacheprovider \
 	--ignore=tests/system --ignore=tests/kube $(PYTEST_ARGS)
@@ -52,10 +54,13 @@ $(RHEL9)/.installed: pyproject.toml
 demo: $(NEWEST)/.installed
 	$(NEWEST)/bin/python -m tests.demo
 
+# What ruff checks (mypy's list is pyproject.toml's).
+PYTHON_SOURCES := agent tests bench packaging/ansible packaging/image \
+	packaging/license_for_setuptools.py
 # mypy runs under the oldest Python: it checks the code as Python 3.9 sees it.
 lint: $(OLDEST)/.installed $(NEWEST)/.installed
-	$(NEWEST)/bin/ruff check agent tests bench packaging/ansible packaging/image packaging/license_for_setuptools.py
-	$(NEWEST)/bin/ruff format --check agent tests bench packaging/ansible packaging/image packaging/license_for_setuptools.py
+	$(NEWEST)/bin/ruff check $(PYTHON_SOURCES)
+	$(NEWEST)/bin/ruff format --check $(PYTHON_SOURCES)
 	$(OLDEST)/bin/mypy
 	$(NEWEST)/bin/lint-imports --no-cache
 

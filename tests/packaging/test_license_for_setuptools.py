@@ -22,8 +22,10 @@ license_for_setuptools = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(license_for_setuptools)
 
 
-def rewrite(pyproject: Path, python: str = SYSTEM_PYTHON) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, SCRIPT, pyproject], check=False, capture_output=True, text=True)
+def rewrite(pyproject: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SYSTEM_PYTHON, SCRIPT, pyproject], check=False, capture_output=True, text=True
+    )
 
 
 def test_the_project_declares_its_license_in_the_spdx_form(tmp_path: Path) -> None:
