@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import time
 from pathlib import Path
 from types import MappingProxyType
 
+from tests.standin.kubelet import KubeletStandin, serves_exactly
 from token_resource.config.model import AgentSettings, Config, ResourceSpec
+from token_resource.host.fswatch import FileEvent
 from token_resource.kubelet.reconciler import PluginState, Reconciler
 from token_resource.kubelet.sockets import SUBDIRECTORY
+from token_resource.protocol.deviceplugin import KUBELET_SOCKET
 
 
 def config(directory: Path, **counts: int) -> Config:
@@ -91,5 +96,42 @@ def test_a_resource_that_cannot_be_served_is_reported_and_tried_again(
         assert await reconciler.apply(config(device_plugin_dir, a=1, b=1).resources) == []
         assert [state.name for state in reconciler.states()] == ["example.com/a", "example.com/b"]
         await reconciler.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_late_events_of_a_kubelet_already_registered_with_register_nothing_again(
+    device_plugin_dir: Path,
+) -> None:
+    # After a reboot: the old kubelet's socket refuses, the agent probes it now and then, and a
+    # probe can reach the new kubelet before the file events of its arrival are read (CI saw
+    # it under load: every resource registered, then all again on the late events).
+    kubelet_socket = device_plugin_dir / KUBELET_SOCKET
+    with socket.socket(socket.AF_UNIX) as old:
+        old.bind(str(kubelet_socket))
+
+    async def scenario() -> None:
+        reconciler = Reconciler(device_plugin_dir, lambda: None)
+        kubelet = KubeletStandin(device_plugin_dir)
+        loop = asyncio.get_running_loop()
+        try:
+            await reconciler.apply(config(device_plugin_dir, a=1).resources)
+            await loop.run_in_executor(None, kubelet.start)  # replaces kubelet.sock
+            deadline = time.monotonic() + 20
+            while not reconciler.states()[0].registered:
+                assert time.monotonic() < deadline, "not registered after 20 s"
+                await asyncio.sleep(0.02)
+            # The events, read only now: the old kubelet.sock gone, the new one renamed there.
+            reconciler.on_file_event(FileEvent("deleted", kubelet_socket, False))
+            binding = device_plugin_dir / f".{KUBELET_SOCKET}.binding"
+            reconciler.on_file_event(FileEvent("moved", binding, False, kubelet_socket))
+            assert reconciler.states() == [PluginState("example.com/a", 1, registered=True)]
+            view = await loop.run_in_executor(
+                None, kubelet.wait_for, serves_exactly({"example.com/a": 1})
+            )
+            assert view.resources["example.com/a"].registrations == 1, view.pretty()
+        finally:
+            await loop.run_in_executor(None, kubelet.stop)
+            await reconciler.close()
 
     asyncio.run(scenario())

@@ -21,7 +21,7 @@ from token_resource.config.diff import diff_resources
 from token_resource.config.model import ResourceSpec
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
 from token_resource.host.fswatch import FileEvent
-from token_resource.kubelet.connection import KubeletConnection
+from token_resource.kubelet.connection import KubeletConnection, SocketIdentity
 from token_resource.kubelet.plugin import PluginServer
 from token_resource.kubelet.registration import RegistrationError
 from token_resource.kubelet.sockets import SUBDIRECTORY, SUBDIRECTORY_MODE, SocketLayout
@@ -65,8 +65,8 @@ class _Plugin:
     registering: asyncio.Task[None] | None = field(default=None, repr=False)
     # Due when the kubelet has not opened ListAndWatch this long after Register.
     dial_back: asyncio.TimerHandle | None = field(default=None, repr=False)
-    # The kubelet.sock (by inode) that the plugin registered, or is registering, with.
-    kubelet: int | None = None
+    # The kubelet.sock that the plugin registered, or is registering, with.
+    kubelet: SocketIdentity | None = None
 
 
 class Reconciler:
@@ -203,12 +203,15 @@ class Reconciler:
                 self._register_soon(plugin)
 
     def kubelet_stopped(self) -> None:
+        if self._kubelet.connected_to_current():
+            log.debug("an older kubelet.sock went away: the kubelet there now is registered with")
+            return
         log.info("kubelet.sock went away: waiting for the kubelet")
         self._kubelet.vanished()
         for plugin in self._plugins.values():
             self._cancel_registration(plugin)
             self._set_registered(plugin, False)
-            plugin.kubelet = None  # a new kubelet.sock may reuse the inode
+            plugin.kubelet = None
         self._on_change()
 
     def socket_removed(self, path: Path) -> None:
@@ -297,14 +300,13 @@ class Reconciler:
                     # Shielded: a registration cancelled mid-way must not leave a half-built
                     # server.
                     await asyncio.shield(server.ensure_serving())
-                kubelet = self._kubelet.inode()
-                if kubelet is None:
+                if self._kubelet.identity() is None:
                     server.log.info("waiting for kubelet.sock to register")
                     return
                 client = await self._kubelet.client()
                 # Only now: a kubelet.sock that appears while the connection is made cancels
                 # this task, and kubelet_started() must then see it unregistered.
-                plugin.kubelet = kubelet
+                plugin.kubelet = self._kubelet.connected_to()
                 opened = server.next_stream()
                 await client.register(server.endpoint, server.spec.name)
             except RegistrationError as error:
