@@ -8,6 +8,7 @@ failure's captured output does), and ``TOKEN_RESOURCE_SEED=N`` replays a run.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -280,13 +281,18 @@ NAMES = ["example.com/a", "example.com/b", "acme/c", "example.org/d", "example.c
 
 
 class ConfigFuzzer:
-    """Makes random edits to the main file and the drop-ins, the way people and tools do."""
+    """Makes random edits to the main file and the drop-ins, the way people and tools do.
+
+    Most edits take more than one step (a directory removed before a file takes its place, a
+    file emptied before it is written again), and the agent may read the files between two:
+    :attr:`midway` has what the reload rule makes of each valid state on the way."""
 
     def __init__(self, agent: AgentProcess, rng: random.Random) -> None:
         self.agent = agent
         self.rng = rng
         self.main = agent.config_path
         self.dropins = agent.dropin_dir
+        self.midway: list[dict[str, int]] = []
 
     def valid_resources(self) -> str:
         chosen = self.rng.sample(NAMES, self.rng.randint(0, 3))
@@ -323,11 +329,9 @@ class ConfigFuzzer:
         """Make one random edit; returns what it did."""
         edits: dict[str, Callable[[], None]] = {
             "main valid, renamed over": lambda: self.agent.write_config(self.valid_resources()),
-            "main valid, in place": lambda: self.agent.write_config(
-                self.valid_resources(), atomic=False
-            ),
+            "main valid, in place": lambda: self._write_main(self.valid_resources(), atomic=False),
             "main valid, in two writes": self._two_writes,
-            "main invalid": lambda: self.agent.write_config(
+            "main invalid": lambda: self._write_main(
                 self.invalid_resources(), atomic=self.rng.random() < 0.5
             ),
             "main truncated": self._truncated,
@@ -348,8 +352,15 @@ class ConfigFuzzer:
             "drop-in directory back": self._dropin_directory,
         }
         choice = self.rng.choice(sorted(edits))
+        self.midway = []
         edits[choice]()
         return choice
+
+    def _step_done(self) -> None:
+        """A state on the way to the edit's last one."""
+        counts, _ = reload_verdict(self.agent)
+        if counts is not None:
+            self.midway.append(counts)
 
     def on_disk(self) -> list[tuple[str, str]]:
         """What the edits can change: the main file and the drop-in path, with contents."""
@@ -366,26 +377,40 @@ class ConfigFuzzer:
     def _entries(self) -> list[Path]:
         return sorted(self.dropins.iterdir()) if self.dropins.is_dir() else []
 
+    def _write_main(self, resources: str, *, atomic: bool) -> None:
+        self._write(self.main, self.agent.agent_section() + resources, atomic=atomic)
+
+    def _write(self, path: Path, text: str, *, atomic: bool, cut: int = 0) -> None:
+        """By rename (as write_file does), or in place: emptied, then ``text[:cut]`` and the
+        rest in two writes."""
+        if atomic:
+            write_file(path, text, atomic=True)
+            return
+        with path.open("r+" if path.exists() else "w") as file:
+            file.truncate(0)
+            file.flush()
+            self._step_done()
+            if cut:
+                file.write(text[:cut])
+                file.flush()
+                os.fsync(file.fileno())
+                self._step_done()
+            file.write(text[cut:])
+
     def _two_writes(self) -> None:
         """An in-place write that reaches the disk in two parts."""
         text = self.agent.agent_section() + self.valid_resources()
-        cut = self.rng.randrange(len(text) + 1)
-        with self.main.open("r+" if self.main.exists() else "w") as file:
-            file.truncate(0)
-            file.write(text[:cut])
-            file.flush()
-            os.fsync(file.fileno())
-            file.write(text[cut:])
+        self._write(self.main, text, atomic=False, cut=self.rng.randrange(len(text) + 1))
 
     def _truncated(self) -> None:
         """A writer that died mid-write: the file stays cut short."""
         text = self.agent.agent_section() + self.valid_resources()
-        write_file(self.main, text[: self.rng.randrange(len(text))], atomic=False)
+        self._write(self.main, text[: self.rng.randrange(len(text))], atomic=False)
 
     def _dropin(self, text: str) -> None:
         self._dropin_directory()
         name = f"{self.rng.randint(10, 13)}-fuzz.toml"
-        write_file(self.dropins / name, text, atomic=self.rng.random() < 0.5)
+        self._write(self.dropins / name, text, atomic=self.rng.random() < 0.5)
 
     def _retire_dropin(self, retire: Callable[[Path], object]) -> None:
         existing = sorted(self.dropins.glob("*.toml")) if self.dropins.is_dir() else []
@@ -396,6 +421,7 @@ class ConfigFuzzer:
 
     def _replace_dropins(self, create: Callable[[], object]) -> None:
         self._remove_dropins()
+        self._step_done()
         create()
 
     def _remove_dropins(self) -> None:
@@ -407,7 +433,21 @@ class ConfigFuzzer:
     def _dropin_directory(self) -> None:
         if not self.dropins.is_dir() or self.dropins.is_symlink():
             self._remove_dropins()
+            self._step_done()
             self.dropins.mkdir()
+            self._step_done()
+
+
+def last_valid(
+    agent: AgentProcess, candidates: list[dict[str, int]], context: str
+) -> dict[str, int]:
+    """What the agent serves (its status, settled once the rejection was reported), which
+    must be one of ``candidates``."""
+    result = agent.cli("status", "--json")
+    assert result.returncode == 0, result
+    serving = {r["name"]: r["count"] for r in json.loads(result.stdout)["resources"]}
+    assert serving in candidates, f"{context}: serves {serving}, not one of {candidates}"
+    return serving
 
 
 def reload_verdict(agent: AgentProcess) -> tuple[dict[str, int] | None, str]:
@@ -432,7 +472,9 @@ def reload_verdict(agent: AgentProcess) -> tuple[dict[str, int] | None, str]:
 # `-k random` tests, and why, not said) and passing every replay here; kept in both so that
 # they keep being tried. 1881137 later failed the SIGKILL test in CI: grpc.aio's traceback at
 # stop (tests/host/test_wind_down.py). 956387797 came after that fix: 42 replays across the three
-# virtualenvs, on a loaded machine too, and a soak run of each passed.
+# virtualenvs, on a loaded machine too, and a soak run of each passed. 871102402 failed again
+# beside stress-ng: a reload between the steps of "drop-in directory is a file" served the valid
+# state on the way (no drop-in directory), which the oracle did not allow (ConfigFuzzer.midway).
 @seeds(408391430, 3540649418, 252638049, 2056230403, 1881137, 871102402, 956387797)
 def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_wins(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random
@@ -468,6 +510,9 @@ def test_random_config_writes_never_kill_the_agent_and_the_last_valid_config_win
         else:
             with pytest.raises(ControlError, match=re.escape(error[:60])):
                 request(agent.control_socket, "reload", 30.0)
+            # Reloads take turns, so every reload that read the files during the edit is done:
+            # it serves the last valid state it read, from before the edit or on the way.
+            served = last_valid(agent, [served, *fuzzer.midway], context)
         view = kubelet.wait_for(serves_exactly(served))
         assert not view.rejected, context
         assert agent.process is not None
