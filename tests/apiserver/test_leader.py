@@ -378,11 +378,54 @@ def test_identity_and_namespace(tmp_path: Path) -> None:
     first, second = default_identity(), default_identity()
     assert first != second
     assert first.rpartition("_")[0] == second.rpartition("_")[0]
-    assert lease_namespace(KubernetesSettings(lease_namespace="mine")) == "mine"
-    assert lease_namespace(KubernetesSettings()) == DEFAULT_LEASE_NAMESPACE
+    # Set, it is read from nowhere: not even a missing kubeconfig matters.
+    missing = tmp_path / "missing.conf"
+    assert lease_namespace(KubernetesSettings(kubeconfig=missing, lease_namespace="mine")) == "mine"
     pod_namespace = tmp_path / "namespace"
     pod_namespace.write_text("publishers\n")
     in_pod = KubernetesSettings(in_cluster=True)
     assert lease_namespace(in_pod, pod_namespace) == "publishers"
     with pytest.raises(KubeError, match="cannot read the pod's namespace"):
         lease_namespace(in_pod, tmp_path / "missing")
+
+
+CONTEXT = (
+    "clusters: [{name: c, cluster: {server: 'https://h'}}]\n"
+    "users: [{name: u, user: {token: t}}]\ncurrent-context: x\n"
+    "contexts: [{name: x, context: {cluster: c, user: u%s}}]\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "expected"),
+    [
+        (", namespace: licenses", "licenses"),
+        ("", DEFAULT_LEASE_NAMESPACE),
+        (", namespace: ''", DEFAULT_LEASE_NAMESPACE),
+    ],
+)
+def test_outside_a_pod_the_namespace_is_the_kubeconfig_contexts(
+    tmp_path: Path, namespace: str, expected: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(CONTEXT % namespace)
+    assert lease_namespace(KubernetesSettings(kubeconfig=kubeconfig)) == expected
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (None, "cannot read kubeconfig"),
+        (CONTEXT % ", namespace: [a]", "the current context's namespace must be a string"),
+        ("current-context: nowhere\n", "no context named 'nowhere'"),
+    ],
+)
+def test_a_kubeconfig_that_names_no_usable_namespace_is_a_clear_error(
+    tmp_path: Path, document: str | None, message: str
+) -> None:
+    # Guessing would elect a second leader elsewhere.
+    kubeconfig = tmp_path / "kubeconfig"
+    if document is not None:
+        kubeconfig.write_text(document)
+    with pytest.raises(KubeError, match=message):
+        lease_namespace(KubernetesSettings(kubeconfig=kubeconfig))

@@ -245,17 +245,18 @@ def test_the_real_publisher_publishes_the_overlays_pool_with_its_account(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     """`token-resource run --role publisher` on the overlay's token-resource.toml (its account's
-    token in a kubeconfig instead of the pod's, its Lease in the pod's namespace) takes the
-    Lease, writes the 20 seats for every node, and gives the Lease up as it stops: nothing it
-    does is refused by the overlay's RBAC or policy."""
+    token in a kubeconfig instead of the pod's, its Lease in the namespace of the kubeconfig's
+    context, as kubectl's) takes the Lease, writes the 20 seats for every node, and gives the
+    Lease up as it stops: nothing it does is refused by the overlay's RBAC or policy."""
     token = control_plane.service_account_token(NAMESPACE, PUBLISHER, NODE)
-    kubeconfig = control_plane.token_kubeconfig(token, tmp_path / "publisher.conf")
+    kubeconfig = control_plane.write_kubeconfig(
+        tmp_path / "publisher.conf", token=token, namespace=NAMESPACE
+    )
     shipped = (CLUSTER_POOLS / "token-resource.toml").read_text()
     in_pod = "\nin_cluster = true\n"
     assert shipped.count(in_pod) == 1
-    config = shipped.replace(
-        in_pod, f'\nkubeconfig = "{kubeconfig}"\nlease_namespace = "{NAMESPACE}"\n'
-    )
+    assert "lease_namespace" not in shipped
+    config = shipped.replace(in_pod, f'\nkubeconfig = "{kubeconfig}"\n')
     publisher = AgentProcess(tmp_path / "publisher", tmp_path / "unused", role="publisher")
     try:
         publisher.write_config(config)

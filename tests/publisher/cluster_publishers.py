@@ -55,11 +55,13 @@ def publisher_config(
     extra: str = "",
     timing: str = FAST,
     resources: Sequence[str] = (LICENSE,),
+    lease_namespace: str | None = NAMESPACE,
 ) -> str:
     """A publisher's file: each of ``resources`` a cluster pool of ``count`` tokens, ``extra``
-    added to each one's table."""
+    added to each one's table; no lease_namespace if None."""
+    namespace = "" if lease_namespace is None else f'lease_namespace = "{lease_namespace}"\n'
     return (
-        f'[kubernetes]\nkubeconfig = "{kubeconfig}"\nlease_namespace = "{NAMESPACE}"\n{timing}'
+        f'[kubernetes]\nkubeconfig = "{kubeconfig}"\n{namespace}{timing}'
         f'[dra]\ndriver = "{DRIVER}"\n'
         + "".join(
             f'[resources."{name}"]\ncount = {count}\nadvertise = "dra"\nscope = "cluster"\n{extra}'

@@ -61,7 +61,17 @@ def _in_cluster_credentials() -> Credentials:
     return Credentials(f"https://{server_host}:{port}", tls, token)
 
 
+def kubeconfig_namespace(path: Path) -> str | None:
+    """The namespace of the kubeconfig's current context, as kubectl and client-go take it;
+    None when the context names none."""
+    return _read_kubeconfig(path).namespace()
+
+
 def _kubeconfig_credentials(path: Path) -> Credentials:
+    return _read_kubeconfig(path).credentials()
+
+
+def _read_kubeconfig(path: Path) -> _Kubeconfig:
     try:
         import yaml  # noqa: PLC0415 (optional: only node-status and DRA resources need it)
     except ImportError:
@@ -75,7 +85,7 @@ def _kubeconfig_credentials(path: Path) -> Credentials:
         raise KubeError(f"cannot read kubeconfig {path}: {error.strerror}") from None
     except yaml.YAMLError as error:
         raise KubeError(f"kubeconfig {path} is not valid YAML: {error}") from None
-    return _Kubeconfig(path, document).credentials()
+    return _Kubeconfig(path, document)
 
 
 class _Kubeconfig:
@@ -85,8 +95,21 @@ class _Kubeconfig:
         self._path = path
         self._document = document if isinstance(document, dict) else {}
 
+    def namespace(self) -> str | None:
+        namespace = self._context().get("namespace")
+        if namespace is None or namespace == "":
+            return None
+        if not isinstance(namespace, str):
+            raise self._error(
+                f"the current context's namespace must be a string, got {namespace!r}"
+            )
+        return namespace
+
+    def _context(self) -> dict[str, Any]:
+        return self._named("contexts", self._document.get("current-context"), "context")
+
     def credentials(self) -> Credentials:
-        context = self._named("contexts", self._document.get("current-context"), "context")
+        context = self._context()
         cluster = self._named("clusters", context.get("cluster"), "cluster")
         user = self._named("users", context.get("user"), "user")
         server = cluster.get("server")

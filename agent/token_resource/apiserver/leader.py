@@ -44,7 +44,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from token_resource.apiserver.client import ApiClient, ApiError, KubeError
-from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR
+from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR, kubeconfig_namespace
 from token_resource.apiserver.kept import KeptClient
 from token_resource.apiserver.leaderrecord import (
     JITTER_FACTOR,
@@ -74,13 +74,14 @@ def default_identity() -> str:
 def lease_namespace(
     settings: KubernetesSettings, namespace_file: Path = SERVICE_ACCOUNT_DIR / "namespace"
 ) -> str:
-    """The configured lease_namespace; in a pod (in_cluster) the pod's own namespace, else
-    DEFAULT_LEASE_NAMESPACE. KubeError if a pod's namespace file cannot be read: guessing
-    another namespace would elect a second leader there."""
+    """The configured lease_namespace; in a pod (in_cluster) the pod's own namespace; else the
+    kubeconfig's current context's, as kubectl's; else DEFAULT_LEASE_NAMESPACE. KubeError if
+    the pod's namespace file or the kubeconfig cannot be read: guessing another namespace would
+    elect a second leader there."""
     if settings.lease_namespace:
         return settings.lease_namespace
     if not settings.in_cluster:
-        return DEFAULT_LEASE_NAMESPACE
+        return kubeconfig_namespace(settings.kubeconfig) or DEFAULT_LEASE_NAMESPACE
     try:
         namespace = namespace_file.read_text().strip()
     except OSError as error:

@@ -42,7 +42,8 @@ The format (the main file and every drop-in share it)::
     lease_duration_seconds = 15            # the cluster pools' publishers' leader election,
     renew_deadline_seconds = 10            # client-go's meaning, defaults and rule:
     retry_period_seconds = 2               # lease_duration > renew_deadline > 1.2 * retry
-    lease_namespace = "token-resource"     # default: the pod's namespace, else this
+    lease_namespace = "token-resource"     # default: the pod's namespace, else the
+                                           # kubeconfig context's, else this
 
     [metrics]                              # Prometheus metrics; both off by default
     textfile = "/var/lib/prometheus/node-exporter/token-resource.prom"  # node_exporter's

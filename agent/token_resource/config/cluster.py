@@ -11,7 +11,8 @@ rules only the merged files can be held to.
     lease_duration_seconds = 15         # client-go's leader election, and its defaults
     renew_deadline_seconds = 10
     retry_period_seconds = 2
-    lease_namespace = "token-resource"  # default: the pod's namespace, else this
+    lease_namespace = "token-resource"  # default: the pod's namespace, else the kubeconfig
+                                        # context's, else this
 
 A drop-in may set any of these keys; the resource and the election settings are checked once
 merged, each refusal naming the file that set the offending key.

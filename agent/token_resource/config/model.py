@@ -31,7 +31,8 @@ ROLES = (NODE_ROLE, PUBLISHER_ROLE)
 DEFAULT_LEASE_DURATION = 15.0
 DEFAULT_RENEW_DEADLINE = 10.0
 DEFAULT_RETRY_PERIOD = 2.0
-# Where the Lease lives outside a pod (in a pod: the pod's own namespace).
+# Where the Lease lives outside a pod when the kubeconfig's context names no namespace (in a pod:
+# the pod's own namespace).
 DEFAULT_LEASE_NAMESPACE = "token-resource"
 # DRA: the kubelet's directories, and where container runtimes read CDI specs.
 DEFAULT_DRIVER = "token-resource"
@@ -207,7 +208,8 @@ class KubernetesSettings:
     lease_duration: float = DEFAULT_LEASE_DURATION
     renew_deadline: float = DEFAULT_RENEW_DEADLINE
     retry_period: float = DEFAULT_RETRY_PERIOD
-    # None: the pod's namespace (in_cluster), else DEFAULT_LEASE_NAMESPACE.
+    # None: the pod's namespace (in_cluster), else the kubeconfig context's, else
+    # DEFAULT_LEASE_NAMESPACE.
     lease_namespace: str | None = None
 
 

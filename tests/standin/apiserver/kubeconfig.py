@@ -37,6 +37,7 @@ class ClientConfigMixin:
         relative_paths: bool = False,
         ca: CertificateAuthority | None = None,
         server: str | None = None,
+        namespace: str | None = "default",
     ) -> Path:
         """Write a kubeconfig, in the format of the kubelet's ``/etc/kubernetes/kubelet.conf``.
 
@@ -48,7 +49,8 @@ class ClientConfigMixin:
         or relative to the kubeconfig's directory with ``relative_paths`` (as kubectl
         resolves them). ``key_in_cert_file`` puts certificate and key in one file that both
         keys name, as kubeadm's kubelet.conf does (``kubelet-client-current.pem``).
-        ``ca`` replaces the CA the client trusts; ``server`` the URL.
+        ``ca`` replaces the CA the client trusts; ``server`` the URL. ``namespace`` is the
+        context's (None: the context names none, as kubeadm's kubelet.conf).
         """
         path = Path(path)
         ca_pem = (ca or self.ca).cert_pem
@@ -90,7 +92,7 @@ class ClientConfigMixin:
             "contexts:",
             "- context:",
             "    cluster: default-cluster",
-            "    namespace: default",
+            *([f"    namespace: {_yaml(namespace)}"] if namespace is not None else []),
             "    user: default-auth",
             "  name: default-context",
             "current-context: default-context",
