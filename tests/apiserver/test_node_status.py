@@ -6,6 +6,7 @@ JSON patches with a real RFC 6902 implementation and authorizes like the Node au
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ import pytest
 from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin
+from token_resource import __version__
 from token_resource.apiserver import credentials as credentials_module
 from token_resource.apiserver.client import ApiError, KubeError
 from token_resource.apiserver.credentials import load_credentials
@@ -104,6 +106,11 @@ def test_the_whole_life_of_a_node_status_resource(
         lambda lines: any(f"node status of {NODE}: accepted" in line for line in lines)
     )
     view = apiserver.snapshot()
+    # Named as client-go's clients name themselves: the version, then the OS and Go's arch name.
+    (agent_name,) = {request.user_agent for request in view.requests}
+    assert re.fullmatch(
+        rf"token-resource/{re.escape(__version__)} \(linux/(amd64|arm64)\)", agent_name or ""
+    )
     # The name is listed on the Node first, then its capacity added.
     assert [patch.path for patch in view.patches(NODE)] == [
         f"/api/v1/nodes/{NODE}",

@@ -15,6 +15,7 @@ one that would find the missing heartbeats and taint the Nodes unreachable.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
 import subprocess
@@ -43,6 +44,15 @@ KUBELET_VERSION = "v1.37.2"
 # kubelet never posts a heartbeat (node.kubernetes.io/unreachable, then evicts its pods);
 # add_node removes the not-ready taint it would have removed.
 CONTROLLERS = "*,-node-lifecycle-controller"
+# Every request once, as it completes, with who asked (user and User-Agent) and its answer's
+# code: what the agents ask of the API server, read from the API server itself.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+"""
 
 
 def free_port() -> int:
@@ -163,8 +173,20 @@ class ControlPlane(ClientConfigMixin):
         except OSError:
             return False
 
+    @property
+    def audit_log(self) -> Path:
+        return self.directory / "audit.log"
+
+    def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The audit log's events (audit.k8s.io/v1 Event), oldest first; only ``user``'s if
+        given."""
+        with self.audit_log.open() as log:
+            events = [json.loads(line) for line in log if line.strip()]
+        return [e for e in events if user is None or e["user"]["username"] == user]
+
     def _apiserver_flags(self, etcd_url: str) -> list[str]:
         d = self.directory
+        (d / "audit-policy.yaml").write_text(AUDIT_POLICY)
         self.server_certificate = self.ca.server_certificate((HOST, "localhost"))
         self.server_certificate.write(d / "apiserver.crt", d / "apiserver.key")
         (d / "ca.crt").write_bytes(self.ca.cert_pem)
@@ -206,6 +228,10 @@ class ControlPlane(ClientConfigMixin):
             # may not be a loopback one; nothing here reaches the API server through it.
             "--endpoint-reconciler-type=none",
             "--profiling=false",
+            f"--audit-policy-file={d / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",  # written before the answer: a test reads it then
         ]
 
     def _flags(self, component: str, kubeconfig: Path) -> list[str]:

@@ -8,6 +8,7 @@ a's capacity with that account. The chart's copy of the policy: test_cp_chart.py
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from tests.harness import AgentProcess
 from tests.kube.client import JSON_PATCH, KubeClient, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_controlplane import ANNOTATION, node_status_config, shown
+from token_resource import __version__
 from token_resource.apiserver.node import Ownership
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,6 +211,14 @@ def test_the_overlays_policy_holds_the_daemonsets_account_to_its_nodes_extended_
     node_holds("2")
     agent.write_config(node_status_config(kubeconfig, own, {}))
     node_holds(None)
+    # The API server's own record names the agent as client-go's clients name themselves.
+    # (The test's own client asks with the same token, under another name.)
+    asked = control_plane.audit_events("system:serviceaccount:token-resource:token-resource")
+    agents = {e["userAgent"] for e in asked if e.get("userAgent", "").startswith("token-resource")}
+    assert len(agents) == 1, agents
+    assert re.fullmatch(
+        rf"token-resource/{re.escape(__version__)} \(linux/(amd64|arm64)\)", agents.pop()
+    )
     # Neither RBAC's refusal nor the policy's ("... is forbidden: ... denied request: ...").
     log = agent.log()
     assert "forbidden" not in log, log

@@ -10,12 +10,16 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import platform
 import socket
 import ssl
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+from token_resource import __version__
 
 REQUEST_TIMEOUT = 10.0
 UNPROCESSABLE = 422  # among others, a JSON patch whose "test" op failed
@@ -24,6 +28,18 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
 _T = TypeVar("_T")
 _Client = TypeVar("_Client", bound="ApiClient")
+# Machine names as Go's GOARCH says them, which client-go's User-Agent carries.
+_GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386"}
+
+
+def user_agent() -> str:
+    """As client-go's clients say who they are (``kubectl/v1.37.2 (linux/amd64) ...``): the
+    audit log and ``apiserver_request_total`` tell agents of different versions apart."""
+    machine = platform.machine().lower()
+    return f"token-resource/{__version__} ({sys.platform}/{_GO_ARCH.get(machine, machine)})"
+
+
+USER_AGENT = user_agent()
 
 
 class KubeError(Exception):
@@ -155,7 +171,7 @@ class ApiClient:
         content_type: str | None = None,
     ) -> http.client.HTTPResponse:
         """The response to the request, once its status says success; ApiError otherwise."""
-        headers = {"Accept": "application/json", "User-Agent": "token-resource"}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if content_type:
             headers["Content-Type"] = content_type
         if self._credentials.token:

@@ -304,6 +304,7 @@ class ApiServerStandin(
                     connection,
                     self._history.since(before),
                     time.monotonic(),
+                    headers.get("user-agent"),
                 )
             )
             self._changed(str(self._requests[-1]))

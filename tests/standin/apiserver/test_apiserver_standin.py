@@ -507,6 +507,16 @@ def test_a_removed_token_is_401_from_then_on(apiserver: ApiServerStandin) -> Non
     assert_status(client.get(), 401, "Unauthorized")
 
 
+def test_each_request_is_logged_with_its_user_agent(apiserver: ApiServerStandin) -> None:
+    client = Client(apiserver)
+    authorization = {"Authorization": f"Bearer {GOOD_TOKEN}"}
+    client.connection.request("GET", STATUS, headers={**authorization, "User-Agent": "kubectl/v1"})
+    assert client.connection.getresponse().read()
+    client.connection.request("GET", STATUS, headers=authorization)  # http.client adds none
+    assert client.connection.getresponse().read()
+    assert [request.user_agent for request in apiserver.requests[-2:]] == ["kubectl/v1", None]
+
+
 def test_basic_auth_is_not_a_token(apiserver: ApiServerStandin) -> None:
     client = Client(apiserver)
     credentials = base64.b64encode(b"admin:" + GOOD_TOKEN.encode()).decode()

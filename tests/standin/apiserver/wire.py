@@ -106,6 +106,7 @@ class LoggedRequest:
     # When it was served (time.monotonic() of this process, the tests' clock too; after any
     # hold of a cut-off client): when its writes took effect.
     at: float = 0.0
+    user_agent: str | None = None  # the User-Agent header; None without one
 
     def json(self) -> Any:
         """The request body as JSON."""
