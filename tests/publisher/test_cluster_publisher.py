@@ -11,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -71,6 +72,16 @@ def test_of_two_publishers_one_holds_the_lease_and_writes_the_pool(
             running[name].write_config(publisher_config(tmp_path / f"{name}.conf", 3))
         view = apiserver.wait_for(lambda v: devices(v) == ["token-0", "token-1", "token-2"])
         assert writer_of(view) == writer
+
+
+def test_the_publisher_reads_no_nodes_slices(apiserver: ApiServerStandin, tmp_path: Path) -> None:
+    # One slice per node of its driver: at scale, their changes would wake it for nothing.
+    with publishers(apiserver, tmp_path, 1):
+        view = apiserver.wait_for(lambda v: devices(v) == [f"token-{i}" for i in range(5)])
+    reads = [r for r in view.requests if r.method == "GET" and r.path.endswith("/resourceslices")]
+    assert reads
+    selectors = {parse_qs(r.query, keep_blank_values=True)["fieldSelector"][0] for r in reads}
+    assert selectors == {f"spec.driver={DRIVER},spec.nodeName="}
 
 
 def test_without_lease_namespace_the_lease_is_in_the_kubeconfig_contexts_namespace(

@@ -117,8 +117,10 @@ class ClusterSlicePublisher(SlicePublisher):
         self.resync()
 
     def _scope(self, wanted: Wanted) -> SliceScope:
+        # No node's slices: there is one per node (spec.nodeName is "" without one, as the real
+        # API server's field set has it), and their changes are none of the publisher's.
         return SliceScope(
-            f"spec.driver={wanted.driver}",
+            f"spec.driver={wanted.driver},spec.nodeName=",
             f"driver {wanted.driver}'s cluster pools",
             cluster=True,
             owner=lambda client: None,
