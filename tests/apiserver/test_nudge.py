@@ -1,17 +1,20 @@
 """Which pods the agent asks the kubelet to prepare again once its DRA driver registered
-(apiserver/nudge.py): from the claims alone, only its own node's, only the unprepared."""
+(apiserver/nudge.py): its node's pods, found by their claims' names as the kubelet finds them,
+whose claims hold the driver's devices (of any pool), reserved for them and not prepared."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from token_resource.apiserver.nudge import WaitingPod, describe, waiting_pods
+from token_resource.apiserver.nudge import WaitingPod, claim_names, describe, waits_for
 
 DRIVER = "tokens.example.com"
-OWN_POOL, OTHER_POOL = "node-a/example.com/token", "node-b/example.com/token"
+POD_UID = "u-web"
 
 
-def claim(uid: str, pool: str, *pods: str, driver: str = DRIVER) -> dict[str, Any]:
+def claim(
+    uid: str, *pod_uids: str, driver: str = DRIVER, pool: str = "node-a/token"
+) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "web", "name": f"claim-{uid}", "uid": uid},
         "status": {
@@ -22,26 +25,39 @@ def claim(uid: str, pool: str, *pods: str, driver: str = DRIVER) -> dict[str, An
                     ]
                 }
             },
-            "reservedFor": [{"resource": "pods", "name": pod, "uid": f"u-{pod}"} for pod in pods],
+            "reservedFor": [{"resource": "pods", "name": "web", "uid": u} for u in pod_uids],
         },
     }
 
 
-def test_the_pods_of_unprepared_claims_from_the_nodes_pools_each_once() -> None:
-    claims = [
-        claim("1", OWN_POOL, "b", "a"),
-        claim("2", OWN_POOL, "a"),  # a second claim of the same pod
-        claim("3", OTHER_POOL, "c"),  # another node's pool
-        claim("4", OWN_POOL, "d", driver="other.example.com"),
-        claim("5", OWN_POOL, "e"),  # prepared already
-        claim("6", OWN_POOL),  # reserved for nobody
-        {"metadata": {"uid": "7", "namespace": "web"}, "status": {}},  # not allocated
-    ]
-    assert waiting_pods(claims, DRIVER, {OWN_POOL}, {"5"}) == [
-        WaitingPod("web", "a"),
-        WaitingPod("web", "b"),
-    ]
-    assert waiting_pods(claims, DRIVER, set(), set()) == []
+def test_a_pods_claims_by_name_as_the_kubelet_finds_them() -> None:
+    pod = {
+        "spec": {
+            "resourceClaims": [
+                {"name": "direct", "resourceClaimName": "shared-seat"},
+                {"name": "templated", "resourceClaimTemplateName": "seat"},
+                {"name": "not-made-yet", "resourceClaimTemplateName": "seat"},
+            ]
+        },
+        "status": {
+            "resourceClaimStatuses": [{"name": "templated", "resourceClaimName": "web-seat-x7k2p"}],
+            "extendedResourceClaimStatus": {"resourceClaimName": "web-extended-resources-ab3cd"},
+        },
+    }
+    assert claim_names(pod) == ["shared-seat", "web-seat-x7k2p", "web-extended-resources-ab3cd"]
+    assert claim_names({"spec": {"containers": []}}) == []
+
+
+def test_a_pod_waits_for_an_unprepared_claim_of_the_driver_reserved_for_it() -> None:
+    assert waits_for(claim("1", POD_UID), POD_UID, DRIVER, set())
+    # A cluster pool's claim names no node: it counts as any other of the driver's.
+    assert waits_for(claim("2", POD_UID, pool="cluster/token"), POD_UID, DRIVER, set())
+    assert not waits_for(claim("3", POD_UID), POD_UID, DRIVER, {"3"})  # prepared already
+    assert not waits_for(claim("4", POD_UID, driver="other.example.com"), POD_UID, DRIVER, set())
+    assert not waits_for(claim("5", "u-other"), POD_UID, DRIVER, set())  # reserved for another
+    assert not waits_for(claim("6"), POD_UID, DRIVER, set())  # reserved for nobody
+    not_allocated = {"metadata": {"uid": "7", "namespace": "web"}, "status": {}}
+    assert not waits_for(not_allocated, POD_UID, DRIVER, set())
 
 
 def test_a_burst_is_one_line() -> None:

@@ -814,9 +814,9 @@ def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
         ("resource.k8s.io", "resourceslices"): {
             "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"
         },
-        ("resource.k8s.io", "resourceclaims"): {"get", "list"},
+        ("resource.k8s.io", "resourceclaims"): {"get"},
         ("", "nodes"): {"get"},
-        ("", "pods"): {"patch"},
+        ("", "pods"): {"list", "patch"},
     }  # fmt: skip
     assert account["metadata"]["namespace"] == "token-resource"
     # Each agent held to its own node's slices and to one annotation of its own node's pods,

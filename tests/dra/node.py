@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness import AgentProcess
-from tests.standin.apiserver import ApiServerStandin, ApiServerView
+from tests.standin.apiserver import ApiServerStandin, ApiServerView, LoggedRequest
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.test_kubelet_dra import access
 
@@ -93,10 +93,18 @@ def start_driver(
     tmp_path: Path,
     resources: str,
 ) -> None:
-    """The agent started as the node's driver with ``resources``, once the kubelet has it."""
+    """The agent started as the node's driver with ``resources``, once the kubelet has it and
+    its prepare retries have listed the node's pods (apiserver/nudge.py): before the test's
+    own pods exist, whose claims they would read too."""
+    listed = len(pod_lists(apiserver.snapshot()))
     agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), resources))
     agent.start()
     kubelet.wait_for(registered, timeout=TIMEOUT)
+    apiserver.wait_for(lambda view: len(pod_lists(view)) > listed, timeout=TIMEOUT)
+
+
+def pod_lists(view: ApiServerView) -> list[LoggedRequest]:
+    return [r for r in view.requests if r.method == "GET" and r.path == "/api/v1/pods"]
 
 
 def allocate(apiserver: ApiServerStandin, pod: str, *tokens: str, **options: Any) -> dict[str, Any]:

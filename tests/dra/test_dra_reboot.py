@@ -1,8 +1,9 @@
 """After a node's reboot the DaemonSet's driver registers after the kubelet has tried its pods:
 the real agent asks the kubelet (the stand-in's 1.36 pod sync, tests/standin/kubelet_pods.py) to
-prepare them at once, by one annotation, instead of at its resync a minute later; with the DRA
-overlay's own RBAC and admission policies (deploy/kubernetes), never touching another node's
-pod or anything else of a pod."""
+prepare them at once, by one annotation, instead of at its resync a minute later, whether their
+claims come from the node's pool or a cluster pool; with the DRA overlay's own RBAC and
+admission policies (deploy/kubernetes), never touching another node's pod or anything else of a
+pod."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tests.standin.apiserver.admission import policy_documents
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.kubelet_pods import FAILED_PREPARE, PodSource
 from tests.standin.test_kubelet_dra import access
-from token_resource.apiserver.slices import pool_name
+from token_resource.apiserver.slices import cluster_pool_name, pool_name
 
 # The kubelet's resync in these tests: far shorter than its real minute, far longer than a
 # nudge takes, so that which of the two prepared a pod is plain.
@@ -28,6 +29,9 @@ SYNC_FREQUENCY = 8.0
 TIMEOUT = 30.0
 WAITING = "web/waiting"
 ELSEWHERE = "web/elsewhere"
+# A cluster pool beside the node's own: its claims name no node, and are found from the pods.
+SEAT = "example.com/seat"
+RESOURCES = dra_resource(2) + dra_resource(2, SEAT) + 'scope = "cluster"\n'
 
 
 @pytest.fixture
@@ -37,18 +41,19 @@ def apiserver(ca: CertificateAuthority) -> Iterator[ApiServerStandin]:
         yield standin
 
 
-def allocated_pods(apiserver: ApiServerStandin) -> None:
-    """An unchanged pod of the node whose claim the scheduler made and allocated, and one of
-    another node."""
+def allocated_pods(apiserver: ApiServerStandin, resource: str = TOKEN) -> None:
+    """An unchanged pod of the node whose claim the scheduler made and allocated from
+    ``resource``'s pool (the node's, or the cluster's for SEAT), and one of another node."""
     for pod, node in (("waiting", NODE), ("elsewhere", "node-b")):
+        pool = cluster_pool_name(SEAT) if resource == SEAT else pool_name(node, TOKEN)
         apiserver.allocate_claim(
             "web",
             None,
             pod=pod,
             node=node,
             driver=DRIVER,
-            results=[("token", pool_name(node, TOKEN), "token-0")],
-            extended_resource=TOKEN,
+            results=[("token", pool, "token-0")],
+            extended_resource=resource,
         )
 
 
@@ -77,7 +82,7 @@ def rebooted_node(
     view = kubelet.wait_for(lambda v: bool(v.pod_syncs[WAITING].failed_prepares), TIMEOUT)
     (failed,) = view.pod_syncs[WAITING].failed_prepares
     assert failed.reason == FAILED_PREPARE
-    dra_agent.write_config(config(dirs, kubeconfig, dra_resource(2)))
+    dra_agent.write_config(config(dirs, kubeconfig, RESOURCES))
     dra_agent.start()
     return kubelet, failed.at
 
@@ -93,10 +98,15 @@ def without_versions(pod: dict[str, Any]) -> dict[str, Any]:
     return {**pod, "metadata": metadata}
 
 
+@pytest.mark.parametrize("resource", [TOKEN, SEAT], ids=["node-pool", "cluster-pool"])
 def test_the_pod_is_prepared_at_once_after_the_driver_registers(
-    dirs: dict[str, Path], apiserver: ApiServerStandin, dra_agent: AgentProcess, tmp_path: Path
+    dirs: dict[str, Path],
+    apiserver: ApiServerStandin,
+    dra_agent: AgentProcess,
+    tmp_path: Path,
+    resource: str,
 ) -> None:
-    allocated_pods(apiserver)
+    allocated_pods(apiserver, resource)
     before = apiserver.snapshot().pods
     kubelet, _ = rebooted_node(dirs, apiserver, dra_agent, tmp_path, may_patch_pods=True)
     try:

@@ -17,7 +17,6 @@ from tests.kube.client import KubeClient, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.paths import short_temporary_directory
 from token_resource.apiserver.nudge import Nudged, WaitingPod, nudge_waiting_pods
-from token_resource.apiserver.slices import pool_name
 from token_resource.config.model import KubernetesSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,18 +208,19 @@ def check_prepare_retries(
 ) -> None:
     """The claims the real scheduler allocated name their pods (``names``), which the agent
     asks the kubelet to prepare again (apiserver/nudge.py)."""
-    # With the kubelet's identity (the host's service) it may not list claims: nothing
-    # changes. With the DaemonSet's account, the bound pods get the annotation, and only they.
-    pools = {pool_name(node, TOKEN)}
-    as_node = nudge_waiting_pods(KubernetesSettings(kubeconfig=kubeconfig), driver, pools, ())
+    # With the kubelet's identity (the host's service) it may read its node's pods and their
+    # claims, but patch no pod: nothing changes. With the DaemonSet's account, the bound pods
+    # get the annotation, and only they.
+    as_node = nudge_waiting_pods(KubernetesSettings(kubeconfig=kubeconfig), node, driver, ())
     assert (as_node.pods, as_node.forbidden) == ((), True), as_node
+    assert 'cannot patch resource "pods"' in str(as_node.problem), as_node
     for manifest in (NAMESPACE_YAML, BASE_RBAC, OVERLAY / "rbac.yaml", OVERLAY / "admission.yaml"):
         control_plane.kubectl("apply", "-f", str(manifest))
     token = control_plane.service_account_token("token-resource", "token-resource", node)
     settings = KubernetesSettings(
         kubeconfig=control_plane.token_kubeconfig(token, tmp_path / "agent.conf"), node_name=node
     )
-    nudged = nudge_waiting_pods(settings, driver, pools, ())
+    nudged = nudge_waiting_pods(settings, node, driver, ())
     assert nudged == Nudged(tuple(WaitingPod(namespace, name) for name in names)), nudged
     for item in control_plane.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
         annotations = item["metadata"].get("annotations", {})
@@ -228,7 +228,7 @@ def check_prepare_retries(
     # A claim the agent prepared already is none of its business.
     claims = control_plane.admin.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims")
     uid = claims["items"][0]["metadata"]["uid"]
-    assert len(nudge_waiting_pods(settings, driver, pools, (uid,)).pods) == 1
+    assert len(nudge_waiting_pods(settings, node, driver, (uid,)).pods) == 1
 
 
 def unschedulable(pod: dict[str, Any]) -> dict[str, Any] | None:

@@ -5,12 +5,16 @@ A kubelet (1.36) that finds a pod's DRA driver not registered records
 minute later (with up to 50 % jitter), not after its error back-off; but it syncs a pod at once
 when the pod's annotations change. After a node's reboot a DaemonSet's driver registers after
 the kubelet has tried its pods, which would then wait that minute. So once the driver has
-registered, the agent lists the ResourceClaims, takes those allocated from its node's pools,
-reserved for pods and not prepared by it, and changes one annotation of each such pod
-(``<driver>/prepare-retry``, the time). It never reads pods: the claims name them. The
-DaemonSet's ServiceAccount may patch pods, and its admission policy lets it change only that
-annotation, only on pods of its own node; a node's own credentials (the host's service, whose
-driver registers before the kubelet starts) may not patch pods, and then nothing changes.
+registered, the agent reads what the kubelet reads: the pods bound to its node (the field
+selector ``spec.nodeName``, the one list the Node authorizer allows a node, and the one an
+account's RBAC cannot narrow to a node, so it is always given), then each of their claims by
+name. The pods whose claims the driver's devices were allocated to (node pools and cluster
+pools alike), not prepared by it, get one annotation changed (``<driver>/prepare-retry``, the
+time). What it reads grows with its own node's pods, never with the cluster. The DaemonSet's
+ServiceAccount may patch pods, and its admission policy lets it change only that annotation,
+only on pods of its own node; a node's own credentials (the host's service, whose driver
+registers before the kubelet starts) may read the same but patch no pod, and then nothing
+changes.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from token_resource.apiserver.client import ApiClient, ApiError, KubeError
 from token_resource.apiserver.credentials import load_credentials
@@ -31,7 +35,9 @@ from token_resource.config.model import KubernetesSettings
 log = logging.getLogger(__name__)
 
 ANNOTATION = "prepare-retry"  # under the driver's name: <driver>/prepare-retry
-FORBIDDEN = 403
+FORBIDDEN, NOT_FOUND = 403, 404
+# A pod in these phases runs no container again: nothing to prepare.
+FINISHED = ("Succeeded", "Failed")
 # Pods a log line names before it says "and N more".
 LOGGED_PODS = 5
 # A node's reboot nudges all its token pods at once: at most this many patches a second.
@@ -44,33 +50,69 @@ class WaitingPod:
     name: str
 
 
+def claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The names of a pod's claims, as the kubelet finds them: named in its spec, made from a
+    template (its status says the name), or the extended-resource bridge's (KEP-5004)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    generated = {
+        entry.get("name"): entry.get("resourceClaimName")
+        for entry in status.get("resourceClaimStatuses") or ()
+        if isinstance(entry, dict)
+    }
+    names = [
+        claim.get("resourceClaimName") or generated.get(claim.get("name"))
+        for claim in spec.get("resourceClaims") or ()
+        if isinstance(claim, dict)
+    ]
+    names.append((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName"))
+    return [name for name in names if isinstance(name, str) and name]
+
+
+def waits_for(
+    claim: Mapping[str, Any], pod_uid: str, driver: str, prepared: Collection[str]
+) -> bool:
+    """Whether ``claim`` holds devices of ``driver``, is reserved for the pod and is not among
+    ``prepared`` (claim UIDs)."""
+    metadata, status = claim.get("metadata") or {}, claim.get("status") or {}
+    if metadata.get("uid") in prepared:
+        return False
+    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    return any(
+        isinstance(result, dict) and result.get("driver") == driver for result in results
+    ) and any(
+        isinstance(consumer, dict)
+        and consumer.get("resource") == "pods"
+        and consumer.get("uid") == pod_uid
+        for consumer in status.get("reservedFor") or []
+    )
+
+
 def waiting_pods(
-    claims: Iterable[Mapping[str, Any]],
-    driver: str,
-    pools: Collection[str],
-    prepared: Collection[str],
+    client: ApiClient, node: str, driver: str, prepared: Collection[str]
 ) -> list[WaitingPod]:
-    """The pods that claims allocated from ``pools`` of ``driver`` are reserved for, where the
-    claim is not among ``prepared`` (claim UIDs): each once, in order."""
-    pods: set[WaitingPod] = set()
-    for claim in claims:
-        metadata, status = claim.get("metadata") or {}, claim.get("status") or {}
-        if metadata.get("uid") in prepared:
+    """The pods on ``node`` that wait for a prepare of ``driver``, in order."""
+    query = urlencode({"fieldSelector": f"spec.nodeName={node}"})
+    pods = client.get(f"/api/v1/pods?{query}").get("items") or []
+    waiting = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") in FINISHED:
             continue
-        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-        if not any(
-            isinstance(result, dict)
-            and result.get("driver") == driver
-            and result.get("pool") in pools
-            for result in results
-        ):
-            continue
-        pods.update(
-            WaitingPod(str(metadata.get("namespace")), str(consumer.get("name")))
-            for consumer in status.get("reservedFor") or []
-            if isinstance(consumer, dict) and consumer.get("resource") == "pods"
-        )
-    return sorted(pods)
+        namespace = str(metadata.get("namespace"))
+        for name in claim_names(pod):
+            try:
+                claim = client.get(
+                    f"/apis/{API_VERSION}/namespaces/{quote(namespace, safe='')}/resourceclaims/"
+                    f"{quote(name, safe='')}"
+                )
+            except ApiError as error:
+                if error.status != NOT_FOUND:
+                    raise
+                continue  # not made yet, or gone with its pod
+            if waits_for(claim, str(metadata.get("uid")), driver, prepared):
+                waiting.append(WaitingPod(namespace, str(metadata.get("name"))))
+                break
+    return sorted(waiting)
 
 
 @dataclass(frozen=True)
@@ -82,14 +124,13 @@ class Nudged:
 
 
 def nudge_waiting_pods(
-    settings: KubernetesSettings, driver: str, pools: Collection[str], prepared: Collection[str]
+    settings: KubernetesSettings, node: str, driver: str, prepared: Collection[str]
 ) -> Nudged:
-    """Change the annotation of every pod waiting for a prepare of ``driver`` on this node.
+    """Change the annotation of every pod on ``node`` waiting for a prepare of ``driver``.
     Blocking, for a worker thread."""
     try:
         with ApiClient(load_credentials(settings)) as client:
-            listed = client.get(f"/apis/{API_VERSION}/resourceclaims")
-            waiting = waiting_pods(listed.get("items") or [], driver, pools, prepared)
+            waiting = waiting_pods(client, node, driver, prepared)
             now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             done = []
             for number, pod in enumerate(waiting):

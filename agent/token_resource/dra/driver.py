@@ -179,8 +179,8 @@ class DraDriver:
         nudged = await asyncio.to_thread(
             nudge_waiting_pods,
             self._kubernetes,
+            node_name(self._kubernetes),
             self._settings.driver,
-            frozenset(self.pools()),
             frozenset(self._prepared),
         )
         if nudged.pods:
@@ -207,8 +207,8 @@ class DraDriver:
 
     def pools(self) -> dict[str, ResourceSpec]:
         """The node's own pools, as configured now: pool name -> the node-scoped resource it
-        publishes. The health stream and the nudge keep to these: a claim of a cluster pool
-        names no node, and that pool's health is its publisher's (taints)."""
+        publishes. The health stream keeps to these: a cluster pool's health is its
+        publisher's (taints)."""
         node = node_name(self._kubernetes)
         return {
             pool_name(node, name): spec
