@@ -30,6 +30,8 @@ from token_resource.config.model import COMMAND, HTTP, INDEX_PLACEHOLDER, PATH, 
 # What is kept of a command's output and a reason: enough for a status line and a log.
 MAX_OUTPUT_BYTES = 4096
 MAX_REASON_CHARS = 200
+# How long a killed command's output may stay open (a process that left its group holds it).
+REAP_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,11 @@ async def _command(probe: ProbeSpec, count: int) -> Outcome:
         output, _ = await asyncio.wait_for(process.communicate(), probe.timeout)
     except asyncio.TimeoutError:
         _kill_group(process.pid)
-        await process.wait()
+        await _reap(process)
         return _all(count, False, f"{argv[0]} still running after {probe.timeout:g} s: killed")
     except asyncio.CancelledError:
         _kill_group(process.pid)
-        await asyncio.shield(process.wait())
+        await asyncio.shield(_reap(process))
         raise
     text = output[:MAX_OUTPUT_BYTES].decode(errors="replace")
     first = text.strip().split("\n", 1)[0].strip() if text.strip() else ""
@@ -99,6 +101,16 @@ async def _command(probe: ProbeSpec, count: int) -> Outcome:
             dict.fromkeys(range(healthy, count), reason),
         )
     return _all(count, True, f"{argv[0]} exited with status 0")
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    """After the kill: the process's end, then the end of its output, which the group's other
+    processes held open a moment longer (read, the pipe closes; left, it stayed open, seen
+    under load); at most REAP_SECONDS for a process that left the group."""
+    await process.wait()
+    if process.stdout is not None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(process.stdout.read(), REAP_SECONDS)
 
 
 def _kill_group(pid: int) -> None:
