@@ -44,15 +44,18 @@ class ClaimError(KubeError):
     """The claim cannot be prepared; the text says why, for the kubelet's event."""
 
 
-def read_claim(client: ApiClient, namespace: str, name: str, uid: str, driver: str) -> Claim:
-    """The claim as allocated, checked to be the one the kubelet means (by uid) and allocated;
-    ClaimError otherwise, KubeError when the API server cannot be asked."""
-    path = (
+def claim_path(namespace: str, name: str) -> str:
+    return (
         f"/apis/{API_VERSION}/namespaces/{quote(namespace, safe='')}/resourceclaims/"
         f"{quote(name, safe='')}"
     )
+
+
+def read_claim(client: ApiClient, namespace: str, name: str, uid: str, driver: str) -> Claim:
+    """The claim as allocated, checked to be the one the kubelet means (by uid) and allocated;
+    ClaimError otherwise, KubeError when the API server cannot be asked."""
     try:
-        item = client.get(path)
+        item = client.get(claim_path(namespace, name))
     except ApiError as error:
         if error.status == NOT_FOUND:
             raise ClaimError(f"ResourceClaim {namespace}/{name} does not exist") from None

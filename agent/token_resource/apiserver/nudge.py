@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from token_resource.apiserver.claims import NOT_FOUND, claim_path
 from token_resource.apiserver.client import ApiClient, ApiError, KubeError
 from token_resource.apiserver.credentials import load_credentials
-from token_resource.apiserver.slices import API_VERSION
 from token_resource.config.model import KubernetesSettings
 
 log = logging.getLogger(__name__)
 
 ANNOTATION = "prepare-retry"  # under the driver's name: <driver>/prepare-retry
-FORBIDDEN, NOT_FOUND = 403, 404
+FORBIDDEN = 403
 # A pod in these phases runs no container again: nothing to prepare.
 FINISHED = ("Succeeded", "Failed")
 # Pods a log line names before it says "and N more".
@@ -101,10 +101,7 @@ def waiting_pods(
         namespace = str(metadata.get("namespace"))
         for name in claim_names(pod):
             try:
-                claim = client.get(
-                    f"/apis/{API_VERSION}/namespaces/{quote(namespace, safe='')}/resourceclaims/"
-                    f"{quote(name, safe='')}"
-                )
+                claim = client.get(claim_path(namespace, name))
             except ApiError as error:
                 if error.status != NOT_FOUND:
                     raise
