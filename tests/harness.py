@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -16,8 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.paths import short_directory
+from token_resource import __version__
 
 AGENT_COMMAND = (sys.executable, "-m", "token_resource")
+# What the agent calls itself to the API server, as client-go's clients do: its version, then
+# the OS and Go's name of the machine.
+AGENT_USER_AGENT = re.compile(rf"token-resource/{re.escape(__version__)} \(linux/(amd64|arm64)\)")
 
 
 # A configuration with both forms of resource: a shorthand count, and a table with its own env.

@@ -6,7 +6,6 @@ JSON patches with a real RFC 6902 implementation and authorizes like the Node au
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.harness import AgentProcess
+from tests.harness import AGENT_USER_AGENT, AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin
-from token_resource import __version__
 from token_resource.apiserver import credentials as credentials_module
 from token_resource.apiserver.client import ApiError, KubeError
 from token_resource.apiserver.credentials import load_credentials
@@ -108,9 +106,7 @@ def test_the_whole_life_of_a_node_status_resource(
     view = apiserver.snapshot()
     # Named as client-go's clients name themselves: the version, then the OS and Go's arch name.
     (agent_name,) = {request.user_agent for request in view.requests}
-    assert re.fullmatch(
-        rf"token-resource/{re.escape(__version__)} \(linux/(amd64|arm64)\)", agent_name or ""
-    )
+    assert AGENT_USER_AGENT.fullmatch(agent_name or ""), agent_name
     # The name is listed on the Node first, then its capacity added.
     assert [patch.path for patch in view.patches(NODE)] == [
         f"/api/v1/nodes/{NODE}",

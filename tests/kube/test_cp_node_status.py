@@ -8,18 +8,16 @@ a's capacity with that account. The chart's copy of the policy: test_cp_chart.py
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness import AgentProcess
+from tests.harness import AGENT_USER_AGENT, AgentProcess
 from tests.kube.client import JSON_PATCH, KubeClient, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_controlplane import ANNOTATION, node_status_config, shown
-from token_resource import __version__
 from token_resource.apiserver.node import Ownership
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,9 +214,7 @@ def test_the_overlays_policy_holds_the_daemonsets_account_to_its_nodes_extended_
     asked = control_plane.audit_events("system:serviceaccount:token-resource:token-resource")
     agents = {e["userAgent"] for e in asked if e.get("userAgent", "").startswith("token-resource")}
     assert len(agents) == 1, agents
-    assert re.fullmatch(
-        rf"token-resource/{re.escape(__version__)} \(linux/(amd64|arm64)\)", agents.pop()
-    )
+    assert AGENT_USER_AGENT.fullmatch(agents.pop())
     # Neither RBAC's refusal nor the policy's ("... is forbidden: ... denied request: ...").
     log = agent.log()
     assert "forbidden" not in log, log

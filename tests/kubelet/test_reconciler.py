@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 from pathlib import Path
 from types import MappingProxyType
 
+from tests.kubelet.test_registration import until
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from token_resource.config.model import AgentSettings, Config, ResourceSpec
 from token_resource.host.fswatch import FileEvent
@@ -117,10 +117,7 @@ def test_the_late_events_of_a_kubelet_already_registered_with_register_nothing_a
         try:
             await reconciler.apply(config(device_plugin_dir, a=1).resources)
             await loop.run_in_executor(None, kubelet.start)  # replaces kubelet.sock
-            deadline = time.monotonic() + 20
-            while not reconciler.states()[0].registered:
-                assert time.monotonic() < deadline, "not registered after 20 s"
-                await asyncio.sleep(0.02)
+            await until(lambda: reconciler.states()[0].registered, "registered")
             # The events, read only now: the old kubelet.sock gone, the new one renamed there.
             reconciler.on_file_event(FileEvent("deleted", kubelet_socket, False))
             binding = device_plugin_dir / f".{KUBELET_SOCKET}.binding"

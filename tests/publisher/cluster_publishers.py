@@ -79,19 +79,30 @@ def publishers(
     tokens: int = 5,
     timing: str = FAST,
     resources: Sequence[str] = (LICENSE,),
+    context_namespace: str = "default",
+    lease_namespace: str | None = NAMESPACE,
 ) -> Iterator[dict[str, AgentProcess]]:
     """``count`` publishers p0, p1, ..., each with a service account of its own (so that the
-    stand-in's log says who wrote what), started one after the other; killed at the end."""
+    stand-in's log says who wrote what), started one after the other; killed at the end.
+    ``context_namespace`` is their kubeconfigs' context's."""
     started: dict[str, AgentProcess] = {}
     try:
         for index in range(count):
             name = f"p{index}"
             token = f"token-{name}"
             apiserver.add_token(token, user=account(name), rules=PUBLISHER_RULES)
-            kubeconfig = apiserver.write_kubeconfig(tmp_path / f"{name}.conf", token=token)
+            kubeconfig = apiserver.write_kubeconfig(
+                tmp_path / f"{name}.conf", token=token, namespace=context_namespace
+            )
             process = AgentProcess(tmp_path / name, tmp_path / "unused", role="publisher")
             process.write_config(
-                publisher_config(kubeconfig, tokens, timing=timing, resources=resources)
+                publisher_config(
+                    kubeconfig,
+                    tokens,
+                    timing=timing,
+                    resources=resources,
+                    lease_namespace=lease_namespace,
+                )
             )
             started[name] = process
             process.start()

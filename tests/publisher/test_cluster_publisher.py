@@ -21,9 +21,7 @@ from tests.publisher.cluster_publishers import (
     LEASE_SECONDS,
     LICENSE,
     POOL,
-    PUBLISHER_RULES,
     RETRY_SECONDS,
-    account,
     authors,
     cluster_slices,
     devices,
@@ -89,20 +87,13 @@ def test_without_lease_namespace_the_lease_is_in_the_kubeconfig_contexts_namespa
 ) -> None:
     # As kubectl: a publisher run with a kubeconfig elects in its context's namespace, not in
     # token-resource, which need not exist where its account lives.
-    apiserver.add_token("token-p0", user=account("p0"), rules=PUBLISHER_RULES)
-    kubeconfig = apiserver.write_kubeconfig(
-        tmp_path / "p0.conf", token="token-p0", namespace="licenses"
-    )
-    process = AgentProcess(tmp_path / "p0", tmp_path / "unused", role="publisher")
-    process.write_config(publisher_config(kubeconfig, 2, lease_namespace=None))
-    try:
-        process.start()
+    with publishers(
+        apiserver, tmp_path, 1, tokens=2, context_namespace="licenses", lease_namespace=None
+    ) as running:
         view = apiserver.wait_for(lambda v: devices(v) == ["token-0", "token-1"])
         lease = f"licenses/{lease_name(DRIVER)}"
         assert list(view.leases) == [lease]
-        assert status_of(process)["cluster_pools"]["lease"] == lease
-    finally:
-        process.kill()
+        assert status_of(running["p0"])["cluster_pools"]["lease"] == lease
 
 
 def test_sigterm_of_the_holder_hands_the_pool_over_within_a_retry_period(
