@@ -23,6 +23,10 @@ through the Node status, the way a real API server (1.32 to 1.36) answers them:
   under ``node-restriction.kubernetes.io/``, nor one under ``kubernetes.io`` or ``k8s.io``
   (or a subdomain of either) unless the kubelet sets it (k8s.io/kubelet/pkg/apis,
   ``IsKubeletLabel``): 403 with the plugin's words.
+- ``GET /api/v1/nodes``: a list, or with ``watch=true`` a watch (watch.py: resumed from a
+  ``resourceVersion``, bookmarks), field selectors ``metadata.name`` and ``spec.unschedulable``;
+  a node identity only of its own Node, by ``fieldSelector=metadata.name=<node>`` (the Node
+  authorizer: "node '<n>' cannot read all nodes, only its own Node object" otherwise).
 - ``GET /version`` without credentials.
 
 Quantities are validated and stored in Kubernetes' canonical form, as the real server
@@ -63,7 +67,7 @@ each request's changes: ``ApiServerView.slice_writes`` says who wrote which slic
 resource.k8s.io (scheduler.py): ``allocate_claim``, ``deallocate``, ``delete_claim``,
 ``delete_pod``, ``add_device_class``, ``delete_slices``, ``compact``.
 
-Not implemented: lists and watches of Nodes, PUT of Nodes, server-side apply
+Not implemented: PUT of Nodes, server-side apply
 (``application/apply-patch+yaml`` is 415 here), list pagination (``limit``/``continue`` are
 ignored), label selectors, aggregated discovery, objects of resource.k8s.io's beta versions,
 writes of Pods but PATCH of the main resource (pods.py: get, list, watch, patch).

@@ -188,9 +188,10 @@ class Authorizer:
         return any(rule.allows(verb, group, resource, name) for rule in rules)
 
     def authorize_node(self, identity: Identity, verb: str, resource: str, name: str) -> None:
-        """A request for a Node: a node identity may get and patch its own Node (the Node
-        authorizer with NodeRestriction; authorization comes before the lookup, so another,
-        missing node is 403 and not 404)."""
+        """A request for a Node: a node identity may get, list, watch (by a ``metadata.name``
+        field selector: ``name``) and patch its own Node (the Node authorizer with
+        NodeRestriction; authorization comes before the lookup, so another, missing node is
+        403 and not 404)."""
         if self.rbac_allows(identity, verb, "", resource, name):
             return
         own = node_identity(identity)
@@ -198,6 +199,9 @@ class Authorizer:
             raise forbidden(identity, verb, "", resource, name)
         if own == name:
             return
+        if not name:  # a list or watch without its own name in a metadata.name selector
+            reason = f"node '{own}' cannot read all nodes, only its own Node object"
+            raise forbidden(identity, verb, "", resource, reason=reason)
         if verb == "patch":  # NodeRestriction's words
             raise fail(
                 403,

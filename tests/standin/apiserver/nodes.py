@@ -13,12 +13,19 @@ import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote
 
 from tests.standin.apiserver.authz import Authorizer, node_identity
 from tests.standin.apiserver.core import StandinCore
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
 from tests.standin.apiserver.quantities import canonical_quantity
+from tests.standin.apiserver.watch import (
+    Change,
+    exact_name,
+    matches,
+    parse_field_selector,
+    watch_from_params,
+)
 from tests.standin.apiserver.wire import Fail, Identity, Reply, fail
 from tests.standin.kubelet import is_extended_resource_name
 
@@ -26,6 +33,7 @@ DEFAULT_CAPACITY: Mapping[str, str] = {"cpu": "4", "memory": "8Gi", "pods": "110
 # What a node of the Kubernetes release the project was last checked against reports.
 KUBELET_VERSION = "v1.36.2"
 NODE_PATH = re.compile(r"/api/v1/nodes/(?P<name>[^/]+)(?P<status>/status)?")
+NODES_PATH = "/api/v1/nodes"
 # What NodeRestriction lets a node set among the kubernetes.io and k8s.io labels of its Node:
 # the kubelet's own labels and those under its namespaces (k8s.io/kubelet/pkg/apis).
 _KUBELET_LABELS = frozenset(
@@ -70,8 +78,10 @@ class NodesMixin(StandinCore):
 
     def delete_node(self, name: str) -> None:
         with self._cond:
-            del self._nodes[name]
-            self._next_revision()
+            node = self._nodes.pop(name)
+            revision = self._next_revision()
+            node["metadata"]["resourceVersion"] = revision
+            self._history.add(Change(int(revision), "nodes", "DELETED", node, None))
             self._changed(f"node {name} deleted")
 
     def reset_capacity(self, name: str, *, to_zero: bool = False) -> None:
@@ -116,6 +126,44 @@ class NodesMixin(StandinCore):
             return copy.deepcopy(self._nodes[name])
 
     # --- serving (caller holds the lock) ----------------------------------------------------
+
+    def _route_nodes(self, method: str, query: str, identity: Identity) -> Reply:
+        """``GET /api/v1/nodes``: a list, or with ``watch=true`` a watch (watch.py); a node
+        identity only of its own Node, by the ``metadata.name`` field selector (the Node
+        authorizer takes the name from it, as the request info does)."""
+        if method != "GET":
+            raise fail(405, "MethodNotAllowed", "the server does not allow this method", {})
+        params = dict(parse_qsl(query))
+        verb = "watch" if params.get("watch") in ("true", "1") else "list"
+        selector = parse_field_selector("nodes", params.get("fieldSelector", ""))
+        self.authorizer.authorize_node(identity, verb, "nodes", exact_name(selector))
+
+        def current() -> list[dict[str, Any]]:
+            return [copy.deepcopy(n) for n in self._nodes.values() if matches(n, selector)]
+
+        if verb == "watch":
+            stream = watch_from_params(
+                params,
+                self._cond,
+                self._history,
+                "nodes",
+                current,
+                self._current_revision,
+                self._serving,
+                selector,
+            )
+            return Reply(200, {}, stream=stream)
+        items = current()
+        for item in items:
+            item.pop("apiVersion", None)
+            item.pop("kind", None)
+        listing = {
+            "kind": "NodeList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(self._current_revision())},
+            "items": items,
+        }
+        return Reply(200, listing)
 
     def _route_node(
         self,
@@ -180,8 +228,12 @@ class NodesMixin(StandinCore):
             raise _not_found(name) from None
 
     def _store(self, node: dict[str, Any]) -> None:
-        node["metadata"]["resourceVersion"] = self._next_revision()
-        self._nodes[node["metadata"]["name"]] = node
+        revision = node["metadata"]["resourceVersion"] = self._next_revision()
+        name = node["metadata"]["name"]
+        old = self._nodes.get(name)
+        change = "ADDED" if old is None else "MODIFIED"
+        self._history.add(Change(int(revision), "nodes", change, copy.deepcopy(node), old))
+        self._nodes[name] = node
 
     def _sync(self, name: str) -> None:
         """The kubelet's MachineInfo setter: allocatable follows capacity for extended

@@ -46,12 +46,11 @@ from tests.standin.apiserver.core import StandinCore
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
 from tests.standin.apiserver.resources import _namespaced, claim_key
 from tests.standin.apiserver.watch import (
-    DEFAULT_WATCH_SECONDS,
     Change,
     Requirement,
     matches,
     parse_field_selector,
-    watch_stream,
+    watch_from_params,
 )
 from tests.standin.apiserver.wire import Identity, Reply, fail, namespaced_request
 
@@ -177,10 +176,8 @@ class PodsMixin(StandinCore):
             ]
 
         if verb == "watch":
-            since = params.get("resourceVersion", "")
-            if since and not since.isdigit():
-                raise fail(400, "BadRequest", f'invalid resource version "{since}"')
-            stream = watch_stream(
+            stream = watch_from_params(
+                params,
                 self._cond,
                 self._history,
                 "pods",
@@ -188,8 +185,6 @@ class PodsMixin(StandinCore):
                 self._current_revision,
                 self._serving,
                 selector,
-                since,
-                float(params.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS),
             )
             return Reply(200, {}, stream=_namespaced(stream, namespace))
         items = current()

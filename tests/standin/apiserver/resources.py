@@ -42,12 +42,11 @@ from tests.standin.apiserver.core import StandinCore
 from tests.standin.apiserver.patches import apply_patch, patch_type_of
 from tests.standin.apiserver.resourceauthz import ResourceAuthorizationMixin
 from tests.standin.apiserver.watch import (
-    DEFAULT_WATCH_SECONDS,
     Change,
     Requirement,
     matches,
     parse_field_selector,
-    watch_stream,
+    watch_from_params,
 )
 from tests.standin.apiserver.wire import Identity, Reply, fail
 
@@ -208,13 +207,8 @@ class ResourcesMixin(ResourceAuthorizationMixin, StandinCore):
             ]
 
         if verb == "watch":
-            since = params.get("resourceVersion", "")
-            if since and not since.isdigit():
-                # A 400 as for any unparsable option; the real server's exact words not checked.
-                message = f'invalid resource version "{since}"'
-                raise fail(400, "BadRequest", message)
-            timeout = float(params.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
-            stream = watch_stream(
+            stream = watch_from_params(
+                params,
                 self._cond,
                 self._history,
                 collection,
@@ -222,8 +216,6 @@ class ResourcesMixin(ResourceAuthorizationMixin, StandinCore):
                 self._current_revision,
                 self._serving,
                 selector,
-                params.get("resourceVersion", ""),
-                timeout,
             )
             return Reply(200, {}, stream=_namespaced(stream, namespace))
         items = current()

@@ -22,7 +22,7 @@ from tests.standin.apiserver.certificates import CertificateAuthority, load_chai
 from tests.standin.apiserver.discovery import discovery
 from tests.standin.apiserver.kubeconfig import ClientConfigMixin
 from tests.standin.apiserver.leases import LEASE_PATH, LeasesMixin
-from tests.standin.apiserver.nodes import NODE_PATH, NodesMixin
+from tests.standin.apiserver.nodes import NODE_PATH, NODES_PATH, NodesMixin
 from tests.standin.apiserver.partition import Cuts, HeldRequest, PartitionMixin
 from tests.standin.apiserver.pods import POD_PATH, PodsMixin
 from tests.standin.apiserver.resources import KINDS, ResourcesMixin
@@ -332,6 +332,8 @@ class ApiServerStandin(
     ) -> Reply:
         if NODE_PATH.fullmatch(path):
             return self._route_node(method, path, content_type, body, identity)
+        if path == NODES_PATH:
+            return self._route_nodes(method, query, identity)
         if POD_PATH.fullmatch(path):
             return self._route_pods(method, path, query, content_type, body, identity)
         if LEASE_PATH.fullmatch(path):

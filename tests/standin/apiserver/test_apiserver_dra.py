@@ -69,12 +69,12 @@ class Client:
         response = self.connection.getresponse()
         return response.status, json.loads(response.read())
 
-    def watch(self, query: str) -> Iterator[dict[str, Any]]:
+    def watch(self, query: str, collection: str = SLICES) -> Iterator[dict[str, Any]]:
         """The events of a watch, read as they come (a connection of its own)."""
         connection = self._connect()
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            connection.request("GET", f"{SLICES}?watch=true&{query}", headers=headers)
+            connection.request("GET", f"{collection}?watch=true&{query}", headers=headers)
             response = connection.getresponse()
             assert response.status == 200
             assert response.getheader("Transfer-Encoding") == "chunked"

@@ -10,7 +10,10 @@ it, and when that version is older than the history it keeps (``watch_history`` 
 :meth:`compact`), a single ERROR event with a 410 ``Expired`` status ("too old resource
 version: N (M)"), then ends, as the cacher's error watcher does. A field selector is applied
 to each change as the cacher does: an object that stops matching is sent as DELETED, one that
-starts matching as ADDED. No bookmarks (``allowWatchBookmarks`` is ignored).
+starts matching as ADDED. With ``allowWatchBookmarks=true`` it sends BOOKMARK events, an
+object with only ``metadata.resourceVersion`` (the current revision: every change up to it has
+been sent), as the cacher's cacheWatcher.nextBookmarkTime schedules them: 2 s before the watch's
+timeout and about every minute (``bookmarkFrequency``) until then.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ from typing import Any
 from tests.standin.apiserver.wire import fail, status_object
 
 DEFAULT_WATCH_SECONDS = 1800.0
+BOOKMARK_EVERY_SECONDS = 60.0
+BOOKMARK_BEFORE_END_SECONDS = 2.0
 # Selectable fields per collection (pkg/registry/resource/*/strategy.go, toSelectableFields;
 # metadata.namespace only for namespaced ones).
 FIELDS: Mapping[str, tuple[str, ...]] = {
     "resourceslices": ("metadata.name", "spec.nodeName", "spec.driver"),
     "resourceclaims": ("metadata.name", "metadata.namespace"),
     "deviceclasses": ("metadata.name",),
+    # pkg/registry/core/node/strategy.go, NodeToSelectableFields.
+    "nodes": ("metadata.name", "spec.unschedulable"),
     # pkg/registry/core/pod/strategy.go, ToSelectableFields (the ones a field_value reaches).
     "pods": (
         "metadata.name",
@@ -65,6 +72,13 @@ def parse_field_selector(collection: str, text: str) -> tuple[Requirement, ...]:
             raise fail(400, "BadRequest", f"field label not supported: {field}")
         requirements.append((field, "!=" if operator == "!=" else "=", value.strip()))
     return tuple(requirements)
+
+
+def exact_name(requirements: tuple[Requirement, ...]) -> str:
+    """The name a ``metadata.name=`` selector asks for, else "" (the request info's name for a
+    list or watch, which authorizers see)."""
+    exact = [value for field, operator, value in requirements if field == "metadata.name"]
+    return exact[0] if len(exact) == 1 and ("metadata.name", "=", exact[0]) in requirements else ""
 
 
 def field_value(obj: Mapping[str, Any], field: str) -> str:
@@ -135,6 +149,36 @@ def event_for(change: Change, requirements: tuple[Requirement, ...]) -> dict[str
     return {"type": event_type, "object": copy.deepcopy(dict(change.obj))}
 
 
+def watch_from_params(
+    params: Mapping[str, str],
+    cond: threading.Condition,
+    history: History,
+    collection: str,
+    current: Callable[[], list[dict[str, Any]]],
+    revision: Callable[[], int],
+    alive: Callable[[], bool],
+    requirements: tuple[Requirement, ...],
+) -> Iterator[bytes]:
+    """A watch as its query asks for it (``resourceVersion``, ``timeoutSeconds``,
+    ``allowWatchBookmarks``); 400 for a resourceVersion that is not one."""
+    since = params.get("resourceVersion", "")
+    if since and not since.isdigit():
+        # A 400 as for any unparsable option; the real server's exact words not checked.
+        raise fail(400, "BadRequest", f'invalid resource version "{since}"')
+    return watch_stream(
+        cond,
+        history,
+        collection,
+        current,
+        revision,
+        alive,
+        requirements,
+        since,
+        float(params.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS),
+        bookmarks=params.get("allowWatchBookmarks") in ("true", "1"),
+    )
+
+
 def watch_stream(
     cond: threading.Condition,
     history: History,
@@ -145,37 +189,40 @@ def watch_stream(
     requirements: tuple[Requirement, ...],
     since: str,
     timeout: float,
+    bookmarks: bool = False,
 ) -> Iterator[bytes]:
     """The events of one watch, each a JSON line; runs in the request's thread and takes
     ``cond``'s lock only to look (the caller must not hold it while iterating)."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    bookmark_at = _next_bookmark(started, deadline) if bookmarks else None
     with cond:
-        if since in ("", "0"):
-            initial: list[dict[str, Any]] = [{"type": "ADDED", "object": obj} for obj in current()]
-            seen = revision()
-        else:
-            seen = int(since)
-            initial = []
-            if seen < history.oldest:
-                message = f"too old resource version: {seen} ({history.oldest})"
-                status = status_object(410, "Expired", message)
-                initial.append({"type": "ERROR", "object": status})
-                seen = -1
+        initial, seen = _initial_events(history, current, revision, since)
     for event in initial:
         yield json.dumps(event).encode() + b"\n"
     if seen < 0:
         return
     while True:
+        bookmark: dict[str, Any] | None = None
         with cond:
             pending: list[Change] = []
             while True:
                 if seen < history.oldest:  # fell behind the history: the client must list again
                     return
                 pending = [c for c in history.changes if c.revision > seen]
-                remaining = deadline - time.monotonic()
-                if pending or remaining <= 0 or not alive():
+                now = time.monotonic()
+                if pending or now >= deadline or not alive():
                     break
-                cond.wait(remaining)
+                if bookmark_at is not None and now >= bookmark_at:
+                    seen = revision()  # nothing after ``seen`` is pending: all of it was sent
+                    bookmark = {"type": "BOOKMARK", "object": _bookmark_object(seen)}
+                    bookmark_at = _next_bookmark(now, deadline)
+                    break
+                wait_until = deadline if bookmark_at is None else min(deadline, bookmark_at)
+                cond.wait(wait_until - now)
+        if bookmark is not None:
+            yield json.dumps(bookmark).encode() + b"\n"
+            continue
         if not pending:
             return
         seen = pending[-1].revision
@@ -183,3 +230,32 @@ def watch_stream(
             sent = event_for(change, requirements) if change.collection == collection else None
             if sent is not None:
                 yield json.dumps(sent).encode() + b"\n"
+
+
+def _initial_events(
+    history: History,
+    current: Callable[[], list[dict[str, Any]]],
+    revision: Callable[[], int],
+    since: str,
+) -> tuple[list[dict[str, Any]], int]:
+    """What a watch sends first, and the revision it has sent up to (-1: it ends there)."""
+    if since in ("", "0"):
+        return [{"type": "ADDED", "object": obj} for obj in current()], revision()
+    seen = int(since)
+    if seen < history.oldest:
+        message = f"too old resource version: {seen} ({history.oldest})"
+        return [{"type": "ERROR", "object": status_object(410, "Expired", message)}], -1
+    return [], seen
+
+
+def _next_bookmark(now: float, deadline: float) -> float | None:
+    """When the next bookmark is due: a minute on, or 2 s before the end if that is sooner;
+    None once the end is that close."""
+    before_end = deadline - BOOKMARK_BEFORE_END_SECONDS
+    if now >= before_end:
+        return None
+    return min(now + BOOKMARK_EVERY_SECONDS, before_end)
+
+
+def _bookmark_object(revision: int) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": str(revision)}}

@@ -99,7 +99,7 @@ class LoggedRequest:
     error: str | None = None  # why a patch failed, in the library's words (never sent)
     # The connection it came on: 1 for the first whose TLS handshake completed, and so on.
     connection: int = 0
-    # What it wrote, oldest first, as watches see it (Nodes have no watch: not listed): with
+    # What it wrote, oldest first, as watches see it: with
     # ``identity``, the record of who wrote what. A refused request may have written some (a
     # deletecollection that an admission policy stops part way).
     changes: tuple[Change, ...] = ()
