@@ -72,6 +72,7 @@ def test_a_kubeconfig_unreadable_as_the_watch_starts_stops_nothing(
         return credentials.load_credentials(given)
 
     monkeypatch.setattr("token_resource.apiserver.publisher.load_credentials", load_credentials)
+    monkeypatch.setattr("token_resource.apiserver.watching.load_credentials", load_credentials)
 
     async def until(size: int, publisher: SlicePublisher) -> None:
         """The pool of ``size`` on the API server, and the publisher past the sync that wrote
@@ -115,7 +116,7 @@ def test_a_watch_that_keeps_failing_is_tried_again_with_backoff_not_in_a_loop(
         attempts.append(time.monotonic())
         raise KubeError('resourceslices is forbidden: cannot "watch"')
 
-    monkeypatch.setattr("token_resource.apiserver.publisher._Opening.open", refused)
+    monkeypatch.setattr("token_resource.apiserver.watching._Opening.open", refused)
 
     async def scenario() -> None:
         publisher = SlicePublisher(settings, DRIVER, lambda: None)
@@ -148,11 +149,11 @@ def test_a_stop_while_the_watch_thread_sees_its_close_stops_the_publisher(
     settings = KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE, resync_seconds=30)
     reading, released = threading.Event(), threading.Event()
 
-    def slow_to_see_the_close(events: object, driver: str, cluster: bool) -> None:
+    def slow_to_see_the_close(watch: object, loop: object, events: object) -> None:
         reading.set()
         released.wait(20)
 
-    monkeypatch.setattr("token_resource.apiserver.publisher._until_changed", slow_to_see_the_close)
+    monkeypatch.setattr("token_resource.apiserver.watching._pump", slow_to_see_the_close)
 
     async def scenario() -> None:
         publisher = SlicePublisher(settings, DRIVER, lambda: None)

@@ -738,7 +738,7 @@ def test_kubernetes_defaults() -> None:
         kubeconfig=Path("/etc/kubernetes/kubelet.conf"),
         in_cluster=False,
         node_name=None,
-        resync_seconds=30.0,
+        resync_seconds=300.0,
     )
 
 

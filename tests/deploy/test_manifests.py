@@ -800,7 +800,8 @@ def test_every_agent_may_read_nodes_and_nothing_more() -> None:
             continue
         spec = daemon_set["spec"]["template"]["spec"]
         account = kind_of(objects, "ServiceAccount", spec["serviceAccountName"])
-        assert granted(objects, account) == {("", "nodes"): {"get"}}, kustomization
+        # get: the kubelet's version; list and watch: a node-status agent's watch of its Node.
+        assert granted(objects, account) == {("", "nodes"): {"get", "list", "watch"}}, kustomization
 
 
 def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
@@ -815,7 +816,7 @@ def test_the_dra_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
             "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"
         },
         ("resource.k8s.io", "resourceclaims"): {"get"},
-        ("", "nodes"): {"get"},
+        ("", "nodes"): {"get", "list", "watch"},
         ("", "pods"): {"list", "patch"},
     }  # fmt: skip
     assert account["metadata"]["namespace"] == "token-resource"

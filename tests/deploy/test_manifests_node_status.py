@@ -28,12 +28,12 @@ def test_the_node_status_overlay_advertises_by_node_status_with_the_bases_daemon
 
 
 def test_the_node_status_overlays_rbac_allows_what_the_agent_does_and_no_more() -> None:
-    """get its Node (the base's), patch it (the annotation listing the agent's resources) and
-    its status (the capacity): what docs/node-status.md asks for."""
+    """get, list and watch its Node (the base's), patch it (the annotation listing the agent's
+    resources) and its status (the capacity): what docs/node-status.md asks for."""
     objects = rendered(NODE_STATUS_OVERLAY)
     [account] = of_kind(objects, "ServiceAccount")
     assert granted(objects, account) == {
-        ("", "nodes"): {"get", "patch"},
+        ("", "nodes"): {"get", "list", "watch", "patch"},
         ("", "nodes/status"): {"patch"},
     }
 

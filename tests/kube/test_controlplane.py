@@ -85,6 +85,24 @@ def test_node_status_with_the_nodes_own_identity(
         )
 
     node_with({DONGLE: "4", FOREIGN: "2"}, DONGLE)
+    # The capacity dropped behind its back (as a kubelet has done): the watch of its Node,
+    # which the Node authorizer allows by metadata.name, shows it, and the agent puts it back.
+    control_plane.admin.ok(
+        "PATCH",
+        f"{nodes}/status",
+        [{"op": "remove", "path": f"/status/capacity/{DONGLE.replace('/', '~1')}"}],
+        content_type="application/json-patch+json",
+    )
+    node_with({DONGLE: "4", FOREIGN: "2"}, DONGLE)
+    watched = [
+        e
+        for e in control_plane.audit_events(f"system:node:{node}")
+        if e["verb"] == "watch" and e["objectRef"]["resource"] == "nodes"
+    ]
+    assert watched, "no watch of the Node"
+    assert {e["responseStatus"]["code"] for e in watched} == {200}
+    assert f"fieldSelector=metadata.name%3D{node}" in watched[0]["requestURI"]
+    assert "cannot watch it" not in agent.log()
     # The dongle leaves the files, a seat comes: the dongle's capacity and name go.
     agent.write_config(node_status_config(kubeconfig, node, {SEAT: 1}))
     found = node_with({SEAT: "1", FOREIGN: "2"}, SEAT)

@@ -215,6 +215,9 @@ def test_the_overlays_policy_holds_the_daemonsets_account_to_its_nodes_extended_
     agents = {e["userAgent"] for e in asked if e.get("userAgent", "").startswith("token-resource")}
     assert len(agents) == 1, agents
     assert AGENT_USER_AGENT.fullmatch(agents.pop())
+    # Its Node watched, with the base's list and watch of nodes (no periodic read instead).
+    assert any(e["verb"] == "watch" and e["objectRef"]["resource"] == "nodes" for e in asked)
     # Neither RBAC's refusal nor the policy's ("... is forbidden: ... denied request: ...").
     log = agent.log()
     assert "forbidden" not in log, log
+    assert "cannot watch it" not in log, log

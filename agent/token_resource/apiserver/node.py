@@ -145,8 +145,11 @@ class NodeClient(ApiClient):
         return self.json_patch(f"{_node_path(name)}/status", operations)
 
 
+NODES_PATH = "/api/v1/nodes"
+
+
 def _node_path(name: str) -> str:
-    return f"/api/v1/nodes/{quote(name, safe='')}"
+    return f"{NODES_PATH}/{quote(name, safe='')}"
 
 
 _KUBELET_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?")

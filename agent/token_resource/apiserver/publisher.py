@@ -6,11 +6,12 @@ writes each pool whose stored slices are not exactly the wanted ones as a new ge
 deletes the slices of the driver's pools no longer wanted on the node (a resource taken out of
 the files, also while the agent was stopped, or made cluster-scoped); the slices of a cluster
 pool, which name no node, are never its own. Then it watches the node's slices from the listed
-``resourceVersion``: anything that happens to the driver's slices (a starting kubelet deletes
-every slice of its node, a person edits one) is a reason to sync again, and so is the end of
-the watch, every ``resync_seconds``. Stopping the agent leaves the slices: the kubelet removes
-a driver's slices itself 30 s after its plugin is gone for good, so a restart (an upgrade)
-takes no tokens away.
+``resourceVersion`` on (apiserver.watching: one watch after another, each resumed where the
+last stopped, with no list between them): anything that happens to the driver's slices (a
+starting kubelet deletes every slice of its node, a person edits one) is a reason to sync
+again, and so is a version the API server no longer has (410). Stopping the agent leaves the
+slices: the kubelet removes a driver's slices itself 30 s after its plugin is gone for good,
+so a restart (an upgrade) takes no tokens away.
 
 Unhealthy tokens are tainted; the first write whose answer comes back without the taints it
 sent (an API server with DRADeviceTaints off) makes the publisher leave unhealthy tokens out
@@ -22,16 +23,13 @@ with a scope of its own.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
-from token_resource.apiserver.client import ApiClient, KubeError, Watch
+from token_resource.apiserver.client import ApiClient, KubeError
 from token_resource.apiserver.credentials import load_credentials, node_name
 from token_resource.apiserver.keeper import Keeper
 from token_resource.apiserver.slices import (
@@ -48,6 +46,7 @@ from token_resource.apiserver.slicesync import (
     of_scope,
     sync_slices,
 )
+from token_resource.apiserver.watching import Cursor, watch_until
 from token_resource.config.model import NO_SCHEDULE, KubernetesSettings, NodeSelection
 
 log = logging.getLogger(__name__)
@@ -115,8 +114,8 @@ class SlicePublisher(Keeper[Wanted]):
         self._taints = True
         # pool name -> the generation last written or found, so generations only grow.
         self._generations: dict[str, int] = {}
-        # The resourceVersion of the last sync's list: the watch starts there.
-        self._list_version = ""
+        # Where the watch goes on: the last sync's list, then each event and bookmark.
+        self._cursor = Cursor()
         # Pools to write as a new generation even if they hold what they should.
         self._rewrite: set[str] = set()
         # Set by close(): a sync still running in its thread writes nothing more.
@@ -188,11 +187,11 @@ class SlicePublisher(Keeper[Wanted]):
                 if other is not None:
                     log.info("resource slices: left to %s", other)
             if other is not None:
-                self._list_version = list_slices(client, scope)[1]
+                self._cursor.version = list_slices(client, scope)[1]
                 return
             self._before_writing(client, wanted)
             try:
-                self._list_version = sync_slices(
+                self._cursor.version = sync_slices(
                     client,
                     scope,
                     wanted.driver,
@@ -223,83 +222,25 @@ class SlicePublisher(Keeper[Wanted]):
         return True
 
     async def _quiet(self, wanted: Wanted) -> None:
-        """Watch the node's slices until one of the driver's changes, the watch ends, or
-        something else is wanted."""
-        client = ApiClient(load_credentials(wanted.settings))
+        """Watch the scope's slices until one of the driver's changes, the watch's version is
+        gone, or something else is wanted."""
         scope = self._scope(wanted)
-        query = urlencode(
-            {
-                "fieldSelector": scope.field_selector,
-                "watch": "true",
-                "resourceVersion": self._list_version,
-                "timeoutSeconds": str(int(wanted.settings.resync_seconds)),
-            }
+        reason = await watch_until(
+            wanted.settings,
+            SLICES_PATH,
+            scope.field_selector,
+            self._cursor,
+            lambda event: _slice_changed(event, wanted.driver, scope.cluster),
+            self._wake,
         )
-        opening = _Opening()
-        try:
-            watch = await asyncio.to_thread(
-                opening.open, client, f"{SLICES_PATH}?{query}", wanted.settings.resync_seconds + 10
-            )
-        except asyncio.CancelledError:
-            # Stopped while the thread opens it, maybe with the loop gone by the time it is
-            # open: whichever of the two comes second closes it.
-            opening.abandon()
-            raise
-        changed = asyncio.ensure_future(
-            asyncio.to_thread(_until_changed, watch.events(), wanted.driver, scope.cluster)
-        )
-        woken = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait({changed, woken}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            changed.cancel()  # its thread ends of itself once the watch is closed
-            raise
-        finally:
-            watch.close()
-            woken.cancel()
-        # Not under suppress(CancelledError): a stop that comes while the thread sees the close
-        # must end the publisher (it was swallowed here, and the agent's stop waited for the
-        # next watch's timeout, 40 s).
-        with contextlib.suppress(KubeError):
-            reason = await changed
-            if reason:
-                log.info("resource slices: %s: publishing again", reason)
+        if reason:
+            log.info("resource slices: %s: publishing again", reason)
 
 
-class _Opening:
-    """A watch being opened in a thread, which its opener may abandon meanwhile."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._watch: Watch | None = None
-        self._abandoned = False
-
-    def open(self, client: ApiClient, path: str, timeout: float) -> Watch:
-        watch = client.watch(path, timeout)
-        with self._lock:
-            self._watch = watch
-            if self._abandoned:
-                watch.close()
-        return watch
-
-    def abandon(self) -> None:
-        with self._lock:
-            self._abandoned = True
-            if self._watch is not None:
-                self._watch.close()
-
-
-def _until_changed(events: Any, driver: str, cluster: bool) -> str | None:
-    """Read watch events until one concerns the driver's slices of the scope (cluster or
-    node); what happened, or None when the watch ended."""
-    for event in events:
-        kind = event.get("type")
-        item = event.get("object") or {}
-        if kind == "ERROR":
-            return f"the watch ended: {item.get('message', item)}"
-        if kind in ("ADDED", "MODIFIED", "DELETED") and of_scope(
-            item.get("spec") or {}, driver, cluster
-        ):
-            name = (item.get("metadata") or {}).get("name")
-            return f"slice {name} {kind.lower()}"
+def _slice_changed(event: Mapping[str, Any], driver: str, cluster: bool) -> str | None:
+    """What happened, if the event concerns the driver's slices of the scope (cluster or
+    node)."""
+    item = event.get("object") or {}
+    if of_scope(item.get("spec") or {}, driver, cluster):
+        return f"slice {(item.get('metadata') or {}).get('name')} {str(event.get('type')).lower()}"
     return None

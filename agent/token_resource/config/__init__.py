@@ -38,7 +38,7 @@ The format (the main file and every drop-in share it)::
     [kubernetes]                           # API access, for node-status and DRA resources
     kubeconfig = "/etc/kubernetes/kubelet.conf"   # or in_cluster = true
     node_name = "node-1"                   # default: the host name, lower-cased
-    resync_seconds = 30                    # how often the Node is re-read and put right
+    resync_seconds = 300                   # each watch of the API server: this to twice it
     lease_duration_seconds = 15            # the cluster pools' publishers' leader election,
     renew_deadline_seconds = 10            # client-go's meaning, defaults and rule:
     retry_period_seconds = 2               # lease_duration > renew_deadline > 1.2 * retry

@@ -12,7 +12,7 @@ DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 # The kubelet's own credentials: its node identity may patch its own Node's status.
 DEFAULT_KUBECONFIG = Path("/etc/kubernetes/kubelet.conf")
-DEFAULT_RESYNC_SECONDS = 30.0
+DEFAULT_RESYNC_SECONDS = 300.0
 MIN_RESYNC_SECONDS, MAX_RESYNC_SECONDS = 1.0, 3600.0
 # How a resource reaches the scheduler.
 DEVICE_PLUGIN, NODE_STATUS, DRA = "device-plugin", "node-status", "dra"
