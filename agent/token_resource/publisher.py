@@ -9,7 +9,6 @@ agents leave to it. Stopped cleanly, it gives the Lease up, so another takes ove
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -104,7 +103,7 @@ class PublisherAgent(Agent):
     async def report(self) -> StatusReport:
         allocated = None
         if self._pools is not None:
-            allocated = await asyncio.to_thread(self._pools.read_allocated)
+            allocated = self._pools.allocated()
         cluster = None if self._pools is None else self._pools.state(allocated)
         resources = cluster_resource_reports(self._config.resources, self._monitor.reports())
         return StatusReport(

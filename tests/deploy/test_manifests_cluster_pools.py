@@ -231,6 +231,7 @@ def test_the_publishers_rbac_allows_what_it_does_and_no_more() -> None:
         *(("", "resource.k8s.io", "resourceslices", (), verb) for verb in slices),
         ("", "resource.k8s.io", "resourceclaims", (), "get"),
         ("", "resource.k8s.io", "resourceclaims", (), "list"),
+        ("", "resource.k8s.io", "resourceclaims", (), "watch"),
     }
     # The DaemonSet's account: what the DRA overlay grants it, nothing of the publisher's.
     dra = rendered(DRA_OVERLAY)

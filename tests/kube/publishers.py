@@ -67,7 +67,7 @@ def rbac(control_plane: ControlPlane) -> None:
                 {
                     "apiGroups": ["resource.k8s.io"],
                     "resources": ["resourceclaims"],
-                    "verbs": ["get", "list"],
+                    "verbs": ["get", "list", "watch"],
                 },
             ],
         },

@@ -31,7 +31,7 @@ PUBLISHER_RULES = (
         ("resourceslices",),
         ("get", "list", "watch", "create", "update", "delete"),
     ),
-    Rule(("resource.k8s.io",), ("resourceclaims",), ("get", "list")),
+    Rule(("resource.k8s.io",), ("resourceclaims",), ("get", "list", "watch")),
 )
 # Short enough for tests; client-go's rule (lease > renew > 1.2 x retry) holds.
 LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 2.0, 1.2, 0.2

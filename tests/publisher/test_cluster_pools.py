@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from token_resource.apiserver.cluster_pools import allocated_tokens, unoffered
+from token_resource.apiserver.allocations import held_by
+from token_resource.apiserver.cluster_pools import unoffered
 from token_resource.apiserver.slices import cluster_placement, cluster_pool_name, pool_name
 from token_resource.config.model import (
     DOES_NOT_EXIST,
@@ -45,18 +46,18 @@ def claim(*results: tuple[str, str, str]) -> dict[str, Any]:
     return {"status": {"allocation": {"devices": {"results": devices}}}}
 
 
-def test_allocated_tokens_are_the_driver_pools_canonical_tokens_only() -> None:
+def test_a_claim_holds_the_drivers_canonical_tokens_only() -> None:
     other_pool = pool_name("node-a", "example.com/license")
-    claims = [
-        claim((DRIVER, POOL, "token-3"), (DRIVER, POOL, "token-0")),
-        claim((DRIVER, other_pool, "token-1")),  # a node's pool
-        claim(("other.example.com", POOL, "token-2")),  # another driver's
-        claim((DRIVER, POOL, "token-07"), (DRIVER, POOL, "gpu-1")),  # not token IDs
-        {"status": {}},  # not allocated
-        {},
-    ]
-    assert allocated_tokens(claims, DRIVER, [POOL]) == {POOL: frozenset({0, 3})}
-    assert allocated_tokens([], DRIVER, [POOL]) == {POOL: frozenset()}
+    assert held_by(claim((DRIVER, POOL, "token-3"), (DRIVER, POOL, "token-0")), DRIVER) == {
+        (POOL, 3),
+        (POOL, 0),
+    }
+    assert held_by(claim((DRIVER, other_pool, "token-1")), DRIVER) == {(other_pool, 1)}
+    assert held_by(claim(("other.example.com", POOL, "token-2")), DRIVER) == frozenset()
+    not_token_ids = claim((DRIVER, POOL, "token-07"), (DRIVER, POOL, "gpu-1"))
+    assert held_by(not_token_ids, DRIVER) == frozenset()
+    assert held_by({"status": {}}, DRIVER) == frozenset()  # not allocated
+    assert held_by({}, DRIVER) == frozenset()
 
 
 def test_a_pool_for_every_node_or_for_the_selected_ones() -> None:

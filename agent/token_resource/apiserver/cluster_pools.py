@@ -17,27 +17,25 @@ rest are tainted. A probe that fails, or finds no seat free, taints them all.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from token_resource.apiserver.allocations import Allocations
 from token_resource.apiserver.client import ApiClient, KubeError
-from token_resource.apiserver.credentials import load_credentials
 from token_resource.apiserver.leader import LeaderElector, LeaseState
 from token_resource.apiserver.publisher import PoolWanted, SlicePublisher, Wanted
 from token_resource.apiserver.slices import (
-    API_VERSION,
     Pool,
     cluster_placement,
     cluster_pool_name,
 )
 from token_resource.apiserver.slicesync import SliceScope
 from token_resource.config.model import KubernetesSettings
-from token_resource.config.names import token_index
 
 log = logging.getLogger(__name__)
 
-CLAIMS_PATH = f"/apis/{API_VERSION}/resourceclaims"
+# How long a sync that needs the allocated tokens waits for the claims' first list.
+CLAIMS_LISTED_SECONDS = 10.0
 
 
 def lease_name(driver: str) -> str:
@@ -66,23 +64,6 @@ class ClusterPoolsState:
     reason: str | None
 
 
-def allocated_tokens(
-    claims: Iterable[Mapping[str, Any]], driver: str, pools: Iterable[str]
-) -> dict[str, frozenset[int]]:
-    """Pool name -> the indices of its tokens that ``claims`` hold allocated."""
-    wanted = set(pools)
-    held: dict[str, set[int]] = {pool: set() for pool in wanted}
-    for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or []:
-            if not isinstance(result, dict) or result.get("driver") != driver:
-                continue
-            pool, index = result.get("pool"), token_index(str(result.get("device")))
-            if pool in wanted and index is not None:
-                held[str(pool)].add(index)
-    return {pool: frozenset(indices) for pool, indices in held.items()}
-
-
 def unoffered(count: int, free: int, allocated: frozenset[int]) -> frozenset[int]:
     """The tokens to taint when ``free`` seats are free: all but the allocated ones and the
     first ``free`` others; every token when none is free."""
@@ -104,10 +85,13 @@ class ClusterSlicePublisher(SlicePublisher):
         on_change: Callable[[], None],
         holder: Callable[[], str | None],
         time_left: Callable[[], float],
+        allocations: Allocations,
     ) -> None:
         """``holder()``: None while this one leads, else who does; ``time_left()``: how long
-        it still leads (each write must be answered by then)."""
+        it still leads (each write must be answered by then); ``allocations``: the claims'
+        allocated tokens, kept from their watch."""
         super().__init__(settings, driver, on_change, holder, time_left)
+        self._allocations = allocations
         # Pool -> its allocated tokens at the last sync that needed them.
         self._allocated: dict[str, frozenset[int]] = {}
 
@@ -127,14 +111,12 @@ class ClusterSlicePublisher(SlicePublisher):
         )
 
     def _before_writing(self, client: ApiClient, wanted: Wanted) -> None:
-        if any(pool.unhealthy for pool in wanted.pools.values()):
-            self._allocated = self.read_allocated(client, wanted)
-
-    def read_allocated(self, client: ApiClient, wanted: Wanted) -> dict[str, frozenset[int]]:
-        """Pool -> its tokens allocated now, from every ResourceClaim."""
-        claims = client.get(CLAIMS_PATH).get("items") or []
+        if not any(pool.unhealthy for pool in wanted.pools.values()):
+            return
+        if not self._allocations.wait_listed(CLAIMS_LISTED_SECONDS):
+            raise KubeError("the ResourceClaims are not listed yet (which tokens are allocated)")
         pools = [cluster_pool_name(resource) for resource in wanted.pools]
-        return allocated_tokens(claims, wanted.driver, pools)
+        self._allocated = self._allocations.allocated(pools) or {}
 
     def _pools(self, wanted: Wanted) -> list[Pool]:
         return [
@@ -187,8 +169,9 @@ class ClusterPools:
         self._elector = LeaderElector(
             settings, lease_name(driver), namespace, identity, self._leadership_changed
         )
+        self._allocations = Allocations(lambda: self._publisher.wanted.settings, driver)
         self._publisher = ClusterSlicePublisher(
-            settings, driver, on_change, self._holder, self._elector.time_left
+            settings, driver, on_change, self._holder, self._elector.time_left, self._allocations
         )
         self._on_change = on_change
         self._was_leading = False
@@ -198,6 +181,7 @@ class ClusterPools:
         return self._driver
 
     def start(self) -> None:
+        self._allocations.start()
         self._elector.start()
 
     def apply(self, settings: KubernetesSettings, pools: Mapping[str, PoolWanted]) -> None:
@@ -209,6 +193,7 @@ class ClusterPools:
         """Stop writing, then give the Lease up so that another takes over at once."""
         await self._publisher.close()
         await self._elector.close(release=True)
+        await self._allocations.close()
 
     def _holder(self) -> str | None:
         if self._elector.leading:
@@ -225,15 +210,10 @@ class ClusterPools:
         self._was_leading = leading
         self._on_change()
 
-    def read_allocated(self) -> dict[str, frozenset[int]] | None:
-        """Pool -> its allocated tokens, read now (blocking); None when it cannot be read."""
-        wanted = self._publisher.wanted
-        try:
-            with ApiClient(load_credentials(wanted.settings)) as client:
-                return self._publisher.read_allocated(client, wanted)
-        except KubeError as error:
-            log.debug("cluster pools: cannot read the claims: %s", error)
-            return None
+    def allocated(self) -> dict[str, frozenset[int]] | None:
+        """Pool -> its allocated tokens; None until the claims have been listed."""
+        pools = [cluster_pool_name(resource) for resource in self._publisher.wanted.pools]
+        return self._allocations.allocated(pools)
 
     def state(self, allocated: Mapping[str, frozenset[int]] | None = None) -> ClusterPoolsState:
         return ClusterPoolsState(
