@@ -34,7 +34,7 @@ from tests.publisher.cluster_publishers import (
     publishers,
 )
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
-from token_resource.apiserver.leaderrecord import JITTER_FACTOR
+from token_resource.apiserver.election.record import JITTER_FACTOR
 from token_resource.config.model import KubernetesSettings
 
 POOLS = 10

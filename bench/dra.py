@@ -17,7 +17,7 @@ from bench.support import TIMEOUT, Bench, Sample, resource_names
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.kubelet_dra import ApiAccess
-from token_resource.apiserver.slices import pool_name
+from token_resource.apiserver.objects.slices import pool_name
 
 NODE = "node-a"
 DRIVER = "tokens.example.com"

@@ -25,7 +25,7 @@ from bench.scenarios import Scale, Section, start_and_register
 from bench.support import TIMEOUT, Bench, Sample, resource_names
 from tests.standin.apiserver import ApiServerView
 from tests.standin.kubelet import KubeletView
-from token_resource.apiserver.slices import pool_name
+from token_resource.apiserver.objects.slices import pool_name
 
 TOKENS = 4
 INTERVAL = 1  # seconds between checks

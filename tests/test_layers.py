@@ -38,7 +38,7 @@ def test_the_package_keeps_its_layers(tmp_path: Path) -> None:
     copy_package(tmp_path)
     result = lint_imports(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout
+    assert "4 kept, 0 broken" in result.stdout
 
 
 def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
@@ -53,10 +53,31 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
 
 def test_the_kubelet_wing_may_not_import_the_api_server_wing(tmp_path: Path) -> None:
     tokens = copy_package(tmp_path) / "kubelet" / "tokens.py"
-    tokens.write_text(tokens.read_text() + "\nimport token_resource.apiserver.client  # noqa\n")
+    tokens.write_text(
+        tokens.read_text() + "\nimport token_resource.apiserver.connection.client  # noqa\n"
+    )
     result = lint_imports(tmp_path)
     assert result.returncode != 0
-    assert "token_resource.kubelet.tokens -> token_resource.apiserver.client" in result.stdout
+    assert (
+        "token_resource.kubelet.tokens -> token_resource.apiserver.connection.client"
+        in result.stdout
+    )
+
+
+def test_the_api_server_wings_connection_may_not_import_what_keeps_objects(
+    tmp_path: Path,
+) -> None:
+    client = copy_package(tmp_path) / "apiserver" / "connection" / "client.py"
+    client.write_text(
+        client.read_text() + "\nimport token_resource.apiserver.keeping.keeper  # noqa\n"
+    )
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    # import-linter wraps its long lines.
+    assert (
+        "token_resource.apiserver.connection.client -> token_resource.apiserver.keeping.keeper"
+        in " ".join(result.stdout.split())
+    )
 
 
 def test_a_stand_in_may_not_import_a_wings_tests(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from token_resource.apiserver.nodestatus import NodeStatusAdvertiser
+from token_resource.apiserver.keeping.node_capacity import NodeStatusAdvertiser
 from token_resource.config.diff import ConfigDiff, describe_diff, diff_configs
 from token_resource.config.errors import ConfigError
 from token_resource.config.follow import ConfigFollower

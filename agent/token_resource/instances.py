@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from token_resource.apiserver.client import ApiClient, KubeError
-from token_resource.apiserver.credentials import load_credentials, node_name
-from token_resource.apiserver.node import kubelet_version
+from token_resource.apiserver.connection.client import ApiClient, KubeError
+from token_resource.apiserver.connection.credentials import load_credentials, node_name
+from token_resource.apiserver.objects.node import kubelet_version
 from token_resource.config.model import DEVICE_PLUGIN, DRA, Config, KubernetesSettings
 from token_resource.host.lock import DirectoryLock, LockError
 from token_resource.observe.report import InstanceReport

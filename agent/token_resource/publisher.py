@@ -2,7 +2,8 @@
 
 It reads the same files as the nodes' agents, serves only their cluster-scoped resources, and
 needs no kubelet and no node: no sockets, no node lock, no node name. Every publisher of a
-driver runs for its Lease; the one that holds it writes the pools (apiserver.cluster_pools).
+driver runs for its Lease; the one that holds it writes the pools
+(apiserver.keeping.cluster_slices).
 It runs the cluster resources' probes (a license server's free seats), which the nodes'
 agents leave to it. Stopped cleanly, it gives the Lease up, so another takes over at once.
 """
@@ -14,10 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from token_resource.agent import Agent, StartError
-from token_resource.apiserver.client import KubeError
-from token_resource.apiserver.cluster_pools import ClusterPools, lease_name
-from token_resource.apiserver.leader import default_identity, lease_namespace
-from token_resource.apiserver.publisher import PoolWanted
+from token_resource.apiserver.connection.client import KubeError
+from token_resource.apiserver.election.elector import default_identity, lease_namespace
+from token_resource.apiserver.keeping.cluster_slices import ClusterPools, lease_name
+from token_resource.apiserver.keeping.node_slices import PoolWanted
 from token_resource.config.model import CLUSTER_SCOPE, NO_SCHEDULE, Config, ResourceSpec
 from token_resource.host.notify import SystemdNotifier
 from token_resource.observe.report import StatusReport

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 
-from token_resource.apiserver.cluster_pools import ClusterPoolsState
-from token_resource.apiserver.keeper import ACCEPTED
-from token_resource.apiserver.nodestatus import NodeStatusState
+from token_resource.apiserver.keeping.cluster_slices import ClusterPoolsState
+from token_resource.apiserver.keeping.keeper import ACCEPTED
+from token_resource.apiserver.keeping.node_capacity import NodeStatusState
 from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, ResourceSpec
 from token_resource.config.names import token_id
 from token_resource.dra.driver import DraState

@@ -15,7 +15,7 @@ import pytest
 
 from tests.seeded import seeds
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
-from token_resource.apiserver.allocations import CLAIMS_PATH, Allocations
+from token_resource.apiserver.keeping.allocations import CLAIMS_PATH, Allocations
 from token_resource.config.model import KubernetesSettings
 
 DRIVER = "tokens.example.com"

@@ -16,12 +16,12 @@ import yaml
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.apiserver.admission import policy_documents
 from tests.standin.apiserver.authz import Rule
-from token_resource.apiserver import credentials
-from token_resource.apiserver.claims import read_claim
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError
-from token_resource.apiserver.credentials import load_credentials
-from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
-from token_resource.apiserver.slices import pool_name
+from token_resource.apiserver.connection import credentials
+from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError
+from token_resource.apiserver.connection.credentials import load_credentials
+from token_resource.apiserver.keeping.node_slices import PoolWanted, SlicePublisher
+from token_resource.apiserver.objects.claims import read_claim
+from token_resource.apiserver.objects.slices import pool_name
 from token_resource.config.model import KubernetesSettings
 
 REPO = Path(__file__).resolve().parents[2]

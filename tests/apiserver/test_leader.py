@@ -18,9 +18,13 @@ import pytest
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.apiserver.leases import LEASE_RULES
-from token_resource.apiserver.client import KubeError
-from token_resource.apiserver.leader import LeaderElector, default_identity, lease_namespace
-from token_resource.apiserver.leaderrecord import (
+from token_resource.apiserver.connection.client import KubeError
+from token_resource.apiserver.election.elector import (
+    LeaderElector,
+    default_identity,
+    lease_namespace,
+)
+from token_resource.apiserver.election.record import (
     LeaderRecord,
     claimed,
     may_take,

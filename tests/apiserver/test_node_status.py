@@ -17,17 +17,17 @@ import pytest
 from tests.harness import AGENT_USER_AGENT, AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin
-from token_resource.apiserver import credentials as credentials_module
-from token_resource.apiserver.client import ApiError, KubeError
-from token_resource.apiserver.credentials import load_credentials
-from token_resource.apiserver.node import (
+from token_resource.apiserver.connection import credentials as credentials_module
+from token_resource.apiserver.connection.client import ApiError, KubeError
+from token_resource.apiserver.connection.credentials import load_credentials
+from token_resource.apiserver.keeping.node_capacity import sync_node
+from token_resource.apiserver.objects.node import (
     OWNED_ANNOTATION,
     NodeClient,
     Ownership,
     capacity_path,
     quantity_value,
 )
-from token_resource.apiserver.nodestatus import sync_node
 from token_resource.config.model import KubernetesSettings
 
 NODE = "node-a"

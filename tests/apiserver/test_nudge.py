@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from token_resource.apiserver.nudge import WaitingPod, claim_names, describe, waits_for
+from token_resource.apiserver.keeping.nudge import WaitingPod, claim_names, describe, waits_for
 
 DRIVER = "tokens.example.com"
 POD_UID = "u-web"

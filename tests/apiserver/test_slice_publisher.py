@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
-from token_resource.apiserver import credentials
-from token_resource.apiserver.client import ApiClient, Credentials, KubeError
-from token_resource.apiserver.credentials import load_credentials
-from token_resource.apiserver.keeper import FIRST_RETRY_DELAY
-from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
-from token_resource.apiserver.slices import (
+from token_resource.apiserver.connection import credentials
+from token_resource.apiserver.connection.client import ApiClient, Credentials, KubeError
+from token_resource.apiserver.connection.credentials import load_credentials
+from token_resource.apiserver.keeping.keeper import FIRST_RETRY_DELAY
+from token_resource.apiserver.keeping.node_slices import PoolWanted, SlicePublisher
+from token_resource.apiserver.keeping.slicesync import SliceScope, sync_slices
+from token_resource.apiserver.objects.slices import (
     SLICES_PATH,
     Pool,
     cluster_placement,
@@ -27,7 +28,6 @@ from token_resource.apiserver.slices import (
     node_placement,
     pool_name,
 )
-from token_resource.apiserver.slicesync import SliceScope, sync_slices
 from token_resource.config.model import KubernetesSettings
 
 NODE = "node-a"
@@ -71,8 +71,12 @@ def test_a_kubeconfig_unreadable_as_the_watch_starts_stops_nothing(
             given = dataclasses.replace(given, kubeconfig=empty)
         return credentials.load_credentials(given)
 
-    monkeypatch.setattr("token_resource.apiserver.publisher.load_credentials", load_credentials)
-    monkeypatch.setattr("token_resource.apiserver.watching.load_credentials", load_credentials)
+    monkeypatch.setattr(
+        "token_resource.apiserver.keeping.node_slices.load_credentials", load_credentials
+    )
+    monkeypatch.setattr(
+        "token_resource.apiserver.connection.watching.load_credentials", load_credentials
+    )
 
     async def until(size: int, publisher: SlicePublisher) -> None:
         """The pool of ``size`` on the API server, and the publisher past the sync that wrote
@@ -116,7 +120,7 @@ def test_a_watch_that_keeps_failing_is_tried_again_with_backoff_not_in_a_loop(
         attempts.append(time.monotonic())
         raise KubeError('resourceslices is forbidden: cannot "watch"')
 
-    monkeypatch.setattr("token_resource.apiserver.watching._Opening.open", refused)
+    monkeypatch.setattr("token_resource.apiserver.connection.watching._Opening.open", refused)
 
     async def scenario() -> None:
         publisher = SlicePublisher(settings, DRIVER, lambda: None)
@@ -153,7 +157,7 @@ def test_a_stop_while_the_watch_thread_sees_its_close_stops_the_publisher(
         reading.set()
         released.wait(20)
 
-    monkeypatch.setattr("token_resource.apiserver.watching._pump", slow_to_see_the_close)
+    monkeypatch.setattr("token_resource.apiserver.connection.watching._pump", slow_to_see_the_close)
 
     async def scenario() -> None:
         publisher = SlicePublisher(settings, DRIVER, lambda: None)

@@ -17,10 +17,12 @@ import pytest
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority, Rule
 from tests.standin.apiserver.wire import LoggedRequest
-from token_resource.apiserver.node import NODES_PATH
-from token_resource.apiserver.nodestatus import NodeStatusAdvertiser
-from token_resource.apiserver.publisher import PoolWanted, SlicePublisher
-from token_resource.apiserver.slices import SLICES_PATH, pool_name
+from token_resource.apiserver.connection.client import ApiClient
+from token_resource.apiserver.connection.credentials import load_credentials
+from token_resource.apiserver.keeping.node_capacity import NodeStatusAdvertiser
+from token_resource.apiserver.keeping.node_slices import PoolWanted, SlicePublisher
+from token_resource.apiserver.objects.node import NODES_PATH, OWNED_ANNOTATION
+from token_resource.apiserver.objects.slices import SLICES_PATH, pool_name
 from token_resource.config.model import KubernetesSettings
 
 NODE, OTHER = "node-a", "node-b"
@@ -209,7 +211,8 @@ def test_the_node_is_watched_not_read_and_patched_only_when_it_differs(
 
     view = asyncio.run(scenario())
     # One read at start, one when the watch showed the capacity gone; nothing periodic.
-    assert len(of(view, node_path, watch=False)) == 2
+    assert len(of(view, NODES_PATH, watch=False)) == 2
+    assert of(view, node_path, watch=False) == []
     status_patches = [r for r in writes(view) if r.path == f"{node_path}/status"]
     assert len(status_patches) == 2
     watches = of(view, NODES_PATH, watch=True)
@@ -246,3 +249,44 @@ def test_an_account_that_may_not_watch_nodes_gets_one_warning_and_reads_the_node
     assert len(warnings) == 1, warnings
     assert "403" in warnings[0]
     assert "list and watch nodes" in warnings[0]
+
+
+def test_a_node_older_than_the_watch_history_is_watched_from_the_list_not_in_a_loop(
+    ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    """At 300 Nodes the agent's own Node had not changed for longer than the API server's watch
+    cache reaches back: a watch from the Node's own resourceVersion was 410 at once, the read
+    after it the same version again, and every agent read and watched its Node 17 times a
+    second. Watched from the list's version, it is one read and one watch."""
+    with ApiServerStandin(
+        ca, nodes=(NODE, OTHER), tokens={"admin": True}, watch_history=5
+    ) as apiserver:
+        kubeconfig = apiserver.write_kubeconfig(
+            tmp_path / "node.conf", identity=apiserver.ca.node_certificate(NODE)
+        )
+        settings = KubernetesSettings(kubeconfig=kubeconfig, node_name=NODE, resync_seconds=60)
+        # What the agent wants is there already: nothing to write, nothing newer to watch from.
+        apiserver.set_capacity(NODE, DONGLE, "4")
+        admin = KubernetesSettings(
+            kubeconfig=apiserver.write_kubeconfig(tmp_path / "admin.conf", token="admin")
+        )
+        with ApiClient(load_credentials(admin)) as client:
+            client.merge_patch(
+                f"{NODES_PATH}/{NODE}", {"metadata": {"annotations": {OWNED_ANNOTATION: DONGLE}}}
+            )
+        for value in range(10):  # the other Node's changes push the history past it
+            elsewhere(apiserver, str(value))
+
+        async def scenario() -> ApiServerView:
+            advertiser = advertising(settings)
+            try:
+                await until(apiserver, lambda v: bool(of(v, NODES_PATH, watch=True)), "watching")
+                await asyncio.sleep(1.0)  # a loop would make dozens of requests meanwhile
+                return apiserver.snapshot()
+            finally:
+                await advertiser.close()
+
+        view = asyncio.run(scenario())
+    assert len(of(view, NODES_PATH, watch=False)) == 1
+    assert len(of(view, NODES_PATH, watch=True)) == 1
+    assert writes(view) == []  # it held what was wanted

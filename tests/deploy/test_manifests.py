@@ -29,7 +29,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from token_resource.apiserver.slices import device_class
+from token_resource.apiserver.objects.slices import device_class
 from token_resource.config.load import parse_config
 from token_resource.config.model import (
     DEFAULT_DEVICE_PLUGIN_DIR,

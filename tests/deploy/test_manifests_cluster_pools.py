@@ -26,7 +26,7 @@ from tests.deploy.test_manifests import (
     rendered,
     the_container,
 )
-from token_resource.apiserver.cluster_pools import lease_name
+from token_resource.apiserver.keeping.cluster_slices import lease_name
 from token_resource.config.load import parse_config
 from token_resource.config.model import CLUSTER_SCOPE, COMMAND, DRA, NODE_SCOPE, Config
 
@@ -215,9 +215,10 @@ def test_two_publishers_on_different_nodes_hand_over_in_a_rollout() -> None:
 
 def test_the_publishers_rbac_allows_what_it_does_and_no_more() -> None:
     """Its Lease: created, read and replaced (client-go's leader election, as
-    apiserver/leader.py runs it), no other Lease updated; the cluster pools' slices listed,
-    watched, created, replaced and deleted (apiserver/publisher.py); every claim read
-    (apiserver/cluster_pools.py, the allocated tokens). The nodes' account gets none of it."""
+    apiserver/election/elector.py runs it), no other Lease updated; the cluster pools' slices
+    listed, watched, created, replaced and deleted (apiserver/keeping/node_slices.py); every
+    claim listed and watched (apiserver/keeping/allocations.py, the allocated tokens). The
+    nodes' account gets none of it."""
     objects = rendered(CLUSTER_POOLS)
     driver = publisher_config(objects).dra.driver
     publisher = kind_of(objects, "ServiceAccount", PUBLISHER)

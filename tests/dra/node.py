@@ -94,7 +94,7 @@ def start_driver(
     resources: str,
 ) -> None:
     """The agent started as the node's driver with ``resources``, once the kubelet has it and
-    its prepare retries have listed the node's pods (apiserver/nudge.py): before the test's
+    its prepare retries have listed the node's pods (apiserver/keeping/nudge.py): before the test's
     own pods exist, whose claims they would read too."""
     listed = len(pod_lists(apiserver.snapshot()))
     agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), resources))

@@ -33,9 +33,9 @@ from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.cdi import CdiRuntime
 from tests.standin.kubelet import KubeletStandin
-from token_resource.apiserver.client import ApiClient
-from token_resource.apiserver.credentials import load_credentials
-from token_resource.apiserver.slices import SLICES_PATH, cluster_pool_name, pool_name
+from token_resource.apiserver.connection.client import ApiClient
+from token_resource.apiserver.connection.credentials import load_credentials
+from token_resource.apiserver.objects.slices import SLICES_PATH, cluster_pool_name, pool_name
 from token_resource.config.model import KubernetesSettings
 
 SEAT = "example.com/seat"

@@ -21,7 +21,7 @@ from tests.standin.apiserver.admission import policy_documents
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.kubelet_pods import FAILED_PREPARE, PodSource
 from tests.standin.test_kubelet_dra import access
-from token_resource.apiserver.slices import cluster_pool_name, pool_name
+from token_resource.apiserver.objects.slices import cluster_pool_name, pool_name
 
 # The kubelet's resync in these tests: far shorter than its real minute, far longer than a
 # nudge takes, so that which of the two prepared a pod is plain.

@@ -15,7 +15,7 @@ from tests.harness import AgentProcess
 from tests.kube.client import wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_cp_dra import RESOURCE_API, SLICES, unschedulable
-from token_resource.apiserver.cluster_pools import lease_name
+from token_resource.apiserver.keeping.cluster_slices import lease_name
 
 NAMESPACE = "cp-publisher"
 ACCOUNT = "publisher"

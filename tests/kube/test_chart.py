@@ -12,7 +12,7 @@ import yaml
 
 from tests.kube.chart import CHART, DEPLOY, EXAMPLES, ROOT, Helm, by_key
 from token_resource._compat import tomllib
-from token_resource.apiserver.slices import device_class
+from token_resource.apiserver.objects.slices import device_class
 
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -14,7 +14,7 @@ import yaml
 from tests.deploy.test_manifests_cluster_pools import PUBLISHER_SECURITY_CONTEXT
 from tests.kube.chart import CHART, EXAMPLES, Helm, by_key
 from tests.kube.test_chart import AGENT_KINDS, DRA_KINDS, daemonset
-from token_resource.apiserver.cluster_pools import lease_name
+from token_resource.apiserver.keeping.cluster_slices import lease_name
 
 EXAMPLE = EXAMPLES / "cluster-pools.yaml"
 OVERLAYS_DRIVER = "tokens.example.com"

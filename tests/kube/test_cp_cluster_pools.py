@@ -21,7 +21,7 @@ from tests.harness import AgentProcess
 from tests.kube.client import KubeClient, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_cp_dra import BASE_RBAC, NAMESPACE_YAML, OVERLAY, SLICES, slice_refused
-from token_resource.apiserver.cluster_pools import lease_name
+from token_resource.apiserver.keeping.cluster_slices import lease_name
 
 CLUSTER_POOLS = OVERLAY.parent / "cluster-pools"
 NAMESPACE = "token-resource"

@@ -40,7 +40,7 @@ from tests.kube.publishers import (
     wait_for_placement,
 )
 from tests.kube.test_cp_dra import RESOURCE_API, SLICES, unschedulable
-from token_resource.apiserver.slices import cluster_pool_name
+from token_resource.apiserver.objects.slices import cluster_pool_name
 
 # The scheduling tests' driver, and the election test's own (its Lease and slices apart).
 DRIVER, ELECTION_DRIVER = "seats.example.com", "election.example.com"

@@ -16,7 +16,7 @@ from tests.harness import AgentProcess
 from tests.kube.client import KubeClient, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.paths import short_temporary_directory
-from token_resource.apiserver.nudge import Nudged, WaitingPod, nudge_waiting_pods
+from token_resource.apiserver.keeping.nudge import Nudged, WaitingPod, nudge_waiting_pods
 from token_resource.config.model import KubernetesSettings
 
 ROOT = Path(__file__).resolve().parents[2]

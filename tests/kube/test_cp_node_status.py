@@ -18,7 +18,7 @@ from tests.harness import AGENT_USER_AGENT, AgentProcess
 from tests.kube.client import JSON_PATCH, KubeClient, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_controlplane import ANNOTATION, node_status_config, shown
-from token_resource.apiserver.node import Ownership
+from token_resource.apiserver.objects.node import Ownership
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "deploy" / "kubernetes" / "overlays" / "node-status"

@@ -16,8 +16,8 @@ from tests.harness import AgentProcess
 from tests.standin.apiserver import ApiServerStandin, ApiServerView
 from tests.standin.apiserver.authz import Rule
 from tests.standin.apiserver.leases import LEASE_RULES
-from token_resource.apiserver.cluster_pools import lease_name
-from token_resource.apiserver.slices import cluster_pool_name
+from token_resource.apiserver.keeping.cluster_slices import lease_name
+from token_resource.apiserver.objects.slices import cluster_pool_name
 
 NAMESPACE = "token-resource"
 DRIVER = "tokens.example.com"

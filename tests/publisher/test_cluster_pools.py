@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from token_resource.apiserver.allocations import held_by
-from token_resource.apiserver.cluster_pools import unoffered
-from token_resource.apiserver.slices import cluster_placement, cluster_pool_name, pool_name
+from token_resource.apiserver.keeping.allocations import held_by
+from token_resource.apiserver.keeping.cluster_slices import unoffered
+from token_resource.apiserver.objects.slices import cluster_placement, cluster_pool_name, pool_name
 from token_resource.config.model import (
     DOES_NOT_EXIST,
     IN,

@@ -35,7 +35,7 @@ from tests.publisher.cluster_publishers import (
     writer_of,
 )
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
-from token_resource.apiserver.cluster_pools import lease_name
+from token_resource.apiserver.keeping.cluster_slices import lease_name
 
 
 @pytest.fixture

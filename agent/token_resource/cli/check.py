@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import json
 
-from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR, node_name
-from token_resource.apiserver.slices import cluster_pool_name, pool_name
+from token_resource.apiserver.connection.credentials import SERVICE_ACCOUNT_DIR, node_name
+from token_resource.apiserver.objects.slices import cluster_pool_name, pool_name
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, socket_errors
 from token_resource.config.diff import describe_nodes, describe_probe
 from token_resource.config.load import validate_config

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from token_resource.apiserver.slices import device_class
+from token_resource.apiserver.objects.slices import device_class
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, complain
 from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_config

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from token_resource.apiserver.client import KubeError
-from token_resource.apiserver.credentials import load_credentials, node_name
-from token_resource.apiserver.node import OWNED_ANNOTATION, NodeClient, Ownership, capacity_path
+from token_resource.apiserver.connection.client import KubeError
+from token_resource.apiserver.connection.credentials import load_credentials, node_name
+from token_resource.apiserver.objects.node import (
+    OWNED_ANNOTATION,
+    NodeClient,
+    Ownership,
+    capacity_path,
+)
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, complain
 from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_config

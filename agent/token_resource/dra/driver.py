@@ -22,11 +22,11 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-from token_resource.apiserver.claims import Claim, ClaimClient
-from token_resource.apiserver.credentials import node_name
-from token_resource.apiserver.nudge import describe, nudge_waiting_pods
-from token_resource.apiserver.publisher import PoolWanted, PublisherState, SlicePublisher
-from token_resource.apiserver.slices import cluster_pool_name, pool_name
+from token_resource.apiserver.connection.credentials import node_name
+from token_resource.apiserver.keeping.node_slices import PoolWanted, PublisherState, SlicePublisher
+from token_resource.apiserver.keeping.nudge import describe, nudge_waiting_pods
+from token_resource.apiserver.objects.claims import Claim, ClaimClient
+from token_resource.apiserver.objects.slices import cluster_pool_name, pool_name
 from token_resource.config.model import DraSettings, KubernetesSettings, ResourceSpec
 from token_resource.dra.health import HealthService
 from token_resource.dra.prepared import PreparedClaim, PreparedClaims
@@ -171,7 +171,7 @@ class DraDriver:
 
     def _registered(self) -> None:
         """The kubelet has the driver now: ask it for the prepares it could not make before
-        (apiserver.nudge), once per registration."""
+        (apiserver.keeping.nudge), once per registration."""
         if self._nudging is None or self._nudging.done():
             self._nudging = asyncio.ensure_future(self._nudge_waiting_pods())
 

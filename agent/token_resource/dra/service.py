@@ -24,8 +24,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from token_resource.apiserver.claims import Claim
-from token_resource.apiserver.client import KubeError
+from token_resource.apiserver.connection.client import KubeError
+from token_resource.apiserver.objects.claims import Claim
 from token_resource.config.model import ResourceSpec
 from token_resource.config.names import token_index
 from token_resource.dra.cdi import remove_spec, write_spec

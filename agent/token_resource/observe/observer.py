@@ -39,7 +39,7 @@ class Observer(Protocol):
         """A check of the resource's probe took ``seconds``; ``ok``: every token passed."""
 
     def prepares_retried(self, pods: int) -> None:
-        """The kubelet was asked to prepare ``pods`` pods again (apiserver.nudge)."""
+        """The kubelet was asked to prepare ``pods`` pods again (apiserver.keeping.nudge)."""
 
 
 class NullObserver:

@@ -6,7 +6,7 @@ writes each pool whose stored slices are not exactly the wanted ones as a new ge
 deletes the slices of the driver's pools no longer wanted on the node (a resource taken out of
 the files, also while the agent was stopped, or made cluster-scoped); the slices of a cluster
 pool, which name no node, are never its own. Then it watches the node's slices from the listed
-``resourceVersion`` on (apiserver.watching: one watch after another, each resumed where the
+``resourceVersion`` on (connection.watching: one watch after another, each resumed where the
 last stopped, with no list between them): anything that happens to the driver's slices (a
 starting kubelet deletes every slice of its node, a person edits one) is a reason to sync
 again, and so is a version the API server no longer has (410). Stopping the agent leaves the
@@ -17,7 +17,7 @@ Unhealthy tokens are tainted; the first write whose answer comes back without th
 sent (an API server with DRADeviceTaints off) makes the publisher leave unhealthy tokens out
 of the pools instead, for as long as it runs, said once in the log and in its state.
 
-One sync is slicesync's; apiserver.cluster_pools keeps a driver's cluster pools the same way,
+One sync is slicesync's; cluster_slices keeps a driver's cluster pools the same way,
 with a scope of its own.
 """
 
@@ -29,24 +29,24 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from token_resource.apiserver.client import ApiClient, KubeError
-from token_resource.apiserver.credentials import load_credentials, node_name
-from token_resource.apiserver.keeper import Keeper
-from token_resource.apiserver.slices import (
-    SLICES_PATH,
-    Pool,
-    node_owner,
-    node_placement,
-    pool_name,
-)
-from token_resource.apiserver.slicesync import (
+from token_resource.apiserver.connection.client import ApiClient, KubeError
+from token_resource.apiserver.connection.credentials import load_credentials, node_name
+from token_resource.apiserver.connection.watching import Cursor, watch_until
+from token_resource.apiserver.keeping.keeper import Keeper
+from token_resource.apiserver.keeping.slicesync import (
     SliceScope,
     TaintsDropped,
     list_slices,
     of_scope,
     sync_slices,
 )
-from token_resource.apiserver.watching import Cursor, watch_until
+from token_resource.apiserver.objects.slices import (
+    SLICES_PATH,
+    Pool,
+    node_owner,
+    node_placement,
+    pool_name,
+)
 from token_resource.config.model import NO_SCHEDULE, KubernetesSettings, NodeSelection
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 ResourceClaims have no field selector that finds a driver's, so the cluster's claims are
 listed once (in pages) at start and after a ``410 Gone``, then followed by a watch
-(apiserver.watching): a claim change costs one event, not a list of every claim. Only the
+(apiserver.connection.watching): a claim change costs one event, not a list of every claim. Only the
 claims with a result of the driver are kept, each as its (pool, token index) pairs, so memory
 grows with the driver's allocations, not with the cluster's claims.
 
@@ -19,15 +19,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError
-from token_resource.apiserver.credentials import load_credentials
-from token_resource.apiserver.slices import API_VERSION
-from token_resource.apiserver.watching import (
+from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError
+from token_resource.apiserver.connection.credentials import load_credentials
+from token_resource.apiserver.connection.watching import (
     FIRST_RETRY_DELAY,
     MAX_RETRY_DELAY,
     Cursor,
     watch_until,
 )
+from token_resource.apiserver.objects.slices import API_VERSION
 from token_resource.config.model import KubernetesSettings
 from token_resource.config.names import token_index
 

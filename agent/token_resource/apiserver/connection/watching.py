@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Union
 from urllib.parse import urlencode
 
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError, Watch
-from token_resource.apiserver.credentials import load_credentials
+from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError, Watch
+from token_resource.apiserver.connection.credentials import load_credentials
 from token_resource.config.model import KubernetesSettings
 
 log = logging.getLogger(__name__)

@@ -2,10 +2,10 @@
 
 Each sync reads the Node and JSON-patches ``status.capacity`` wherever it differs from the
 configuration (the kubelet or a re-created Node object may have dropped the values). Between
-syncs the agent watches its Node (apiserver.watching, by ``metadata.name``, the one watch of
+syncs the agent watches its Node (connection.watching, by ``metadata.name``, the one watch of
 Nodes a node identity may make) and syncs again only when a change leaves it differing. The
-Node's own annotation (kube.OWNED_ANNOTATION) lists the resources the agent put there, so a
-resource taken out of the configuration is removed even if that happened while the agent was
+Node's own annotation (objects.node.OWNED_ANNOTATION) lists the resources the agent put there,
+so a resource taken out of the configuration is removed even if that happened while the agent was
 stopped, and an extended resource the agent never listed (another tool's) is never touched.
 A sync runs at start, after every config change and whenever the watch shows the Node
 differing (or gone, or its watch's version gone); an unreachable API server is retried with
@@ -22,20 +22,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from token_resource.apiserver.client import ApiError
-from token_resource.apiserver.credentials import load_credentials, node_name
-from token_resource.apiserver.keeper import Keeper
-from token_resource.apiserver.node import (
+from token_resource.apiserver.connection.client import ApiError
+from token_resource.apiserver.connection.credentials import load_credentials, node_name
+from token_resource.apiserver.connection.watching import Cursor, watch_until
+from token_resource.apiserver.keeping.keeper import Keeper
+from token_resource.apiserver.objects.node import (
     NODES_PATH,
     NodeClient,
     Ownership,
     capacity_path,
     quantity_value,
 )
-from token_resource.apiserver.watching import Cursor, watch_until
 from token_resource.config.model import KubernetesSettings
 
 log = logging.getLogger(__name__)
+
+FORBIDDEN = 403
 
 
 @dataclass(frozen=True)
@@ -116,24 +118,32 @@ def _difference(event: Mapping[str, Any], desired: Mapping[str, int]) -> str | N
 
 
 def sync_node(settings: KubernetesSettings, desired: Mapping[str, int]) -> str:
-    """Read the Node, then patch what differs from ``desired``; the resourceVersion of the
-    Node as last written or read. Blocking (the agent runs it in a worker thread); KubeError
-    if the API server cannot be used or refuses.
+    """Read the Node, then patch what differs from ``desired``; the resourceVersion to watch
+    it from (its last write's, else the list's). Blocking (the agent runs it in a worker
+    thread); KubeError if the API server cannot be used or refuses.
 
     Up to three writes, in the order that never leaves the agent's capacity unlisted (see
-    kube.Ownership): list the new names, patch the capacity, drop the names of what is gone.
+    objects.node.Ownership): list the new names, patch the capacity, drop the names of what is gone.
     """
     with NodeClient(load_credentials(settings)) as client:
         return _sync_node(client, node_name(settings), desired)
 
 
 def _sync_node(client: NodeClient, node: str, desired: Mapping[str, int]) -> str:
-    current = client.get_node(node)
+    try:
+        current, listed = client.list_node(node)
+    except ApiError as error:
+        if error.status != FORBIDDEN:
+            raise
+        # An older ClusterRole (get, no list or watch): read it, and be read again each resync.
+        current = client.get_node(node)
+        listed = str((current.get("metadata") or {}).get("resourceVersion", ""))
+    wrote = False
     ownership = Ownership.of(current)
     wanted = frozenset(desired)
     if not wanted <= ownership.names:
         current = client.list_as_owned(node, ownership, ownership.names | wanted)
-        ownership = Ownership.of(current)
+        ownership, wrote = Ownership.of(current), True
     changes = _capacity_changes(current, desired, ownership)
     capacity = current.get("status", {}).get("capacity", {})
     for name, operation in changes:
@@ -143,9 +153,12 @@ def _sync_node(client: NodeClient, node: str, desired: Mapping[str, int]) -> str
             log.info("node %s: %s removed (no longer configured)", node, name)
     if changes:
         current = client.patch_node_status(node, [operation for _, operation in changes])
+        wrote = True
     if ownership.names - wanted:
         current = client.list_as_owned(node, ownership, wanted)
-    return str((current.get("metadata") or {}).get("resourceVersion", ""))
+        wrote = True
+    # Watched from the last write (the Node's newest version) or from the list.
+    return str((current.get("metadata") or {}).get("resourceVersion", "")) if wrote else listed
 
 
 def _capacity_changes(

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from token_resource.apiserver.client import Credentials, KubeError
+from token_resource.apiserver.connection.client import Credentials, KubeError
 from token_resource.config.model import KubernetesSettings
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")

@@ -2,7 +2,7 @@
 (tools/leaderelection/leaderelection.go: ``acquire``, ``renew``, ``tryAcquireOrRenew``,
 ``release``; resourcelock/leaselock.go), in one task of the agent's asyncio loop; each try runs
 in a worker thread with the blocking ApiClient, as keeper.py's syncs do. The decisions are
-leaderrecord.py's.
+record.py's.
 
 - Every candidate tries every retry_period (jittered up to 2.2 x, as client-go's ``acquire``;
   the leader renews every retry_period): it reads the Lease (a leader first tries to renew
@@ -43,10 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError
-from token_resource.apiserver.credentials import SERVICE_ACCOUNT_DIR, kubeconfig_namespace
-from token_resource.apiserver.kept import KeptClient
-from token_resource.apiserver.leaderrecord import (
+from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError
+from token_resource.apiserver.connection.credentials import (
+    SERVICE_ACCOUNT_DIR,
+    kubeconfig_namespace,
+)
+from token_resource.apiserver.connection.kept import KeptClient
+from token_resource.apiserver.election.record import (
     JITTER_FACTOR,
     LeaderRecord,
     Observation,

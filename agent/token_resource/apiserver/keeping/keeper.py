@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from token_resource.apiserver.client import KubeError
+from token_resource.apiserver.connection.client import KubeError
 
 log = logging.getLogger(__name__)
 

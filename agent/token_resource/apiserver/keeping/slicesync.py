@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError
-from token_resource.apiserver.slices import (
+from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError
+from token_resource.apiserver.objects.slices import (
     API_VERSION,
     SLICES_PATH,
     Pool,

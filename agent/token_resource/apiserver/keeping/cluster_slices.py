@@ -20,16 +20,16 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from token_resource.apiserver.allocations import Allocations
-from token_resource.apiserver.client import ApiClient, KubeError
-from token_resource.apiserver.leader import LeaderElector, LeaseState
-from token_resource.apiserver.publisher import PoolWanted, SlicePublisher, Wanted
-from token_resource.apiserver.slices import (
+from token_resource.apiserver.connection.client import ApiClient, KubeError
+from token_resource.apiserver.election.elector import LeaderElector, LeaseState
+from token_resource.apiserver.keeping.allocations import Allocations
+from token_resource.apiserver.keeping.node_slices import PoolWanted, SlicePublisher, Wanted
+from token_resource.apiserver.keeping.slicesync import SliceScope
+from token_resource.apiserver.objects.slices import (
     Pool,
     cluster_placement,
     cluster_pool_name,
 )
-from token_resource.apiserver.slicesync import SliceScope
 from token_resource.config.model import KubernetesSettings
 
 log = logging.getLogger(__name__)

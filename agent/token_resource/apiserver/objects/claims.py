@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError
-from token_resource.apiserver.kept import KeptClient
-from token_resource.apiserver.slices import API_VERSION
+from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError
+from token_resource.apiserver.connection.kept import KeptClient
+from token_resource.apiserver.objects.slices import API_VERSION
 from token_resource.config.model import KubernetesSettings
 
 NOT_FOUND = 404
@@ -85,7 +85,7 @@ def read_claim(client: ApiClient, namespace: str, name: str, uid: str, driver: s
 
 
 class ClaimClient:
-    """Reads claims over one kept connection (apiserver.kept)."""
+    """Reads claims over one kept connection (apiserver.connection.kept)."""
 
     def __init__(self) -> None:
         self._kept = KeptClient(final=(ClaimError,))

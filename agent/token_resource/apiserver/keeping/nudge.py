@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from token_resource.apiserver.claims import NOT_FOUND, claim_path
-from token_resource.apiserver.client import ApiClient, ApiError, KubeError
-from token_resource.apiserver.credentials import load_credentials
+from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError
+from token_resource.apiserver.connection.credentials import load_credentials
+from token_resource.apiserver.objects.claims import NOT_FOUND, claim_path
 from token_resource.config.model import KubernetesSettings
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,13 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from token_resource.apiserver.client import REQUEST_TIMEOUT, ApiClient, ApiError, KubeError
-from token_resource.apiserver.credentials import load_credentials
+from token_resource.apiserver.connection.client import (
+    REQUEST_TIMEOUT,
+    ApiClient,
+    ApiError,
+    KubeError,
+)
+from token_resource.apiserver.connection.credentials import load_credentials
 from token_resource.config.model import KubernetesSettings
 
 UNAUTHORIZED = 401
