@@ -29,6 +29,7 @@ from bench.dra_start import dra_start_section
 from bench.floor import floor_section
 from bench.health import health_section
 from bench.probe_idle import probe_idle_section
+from bench.scale import scale_section
 from bench.scenarios import (
     Scale,
     Section,
@@ -59,6 +60,7 @@ NAMES = (
     "dra-start",
     "cluster-pools",
     "large",
+    "scale",
     "compare",
 )
 
@@ -74,6 +76,7 @@ SECTIONS: dict[str, Callable[[Scale], Section]] = {
     "health": health_section,
     "probe-idle": probe_idle_section,
     "large": large_section,
+    "scale": scale_section,
 }
 
 

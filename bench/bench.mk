@@ -5,6 +5,10 @@
 #                   BENCH_ARGS='--only health probe-idle': the health-probe scenarios alone
 #                   (~2 min); BENCH_ARGS='--only cluster-pools': the cluster-pools
 #                   publisher's failover and idle cost alone (~4 min);
+#                   BENCH_ARGS='--only scale': agents and the publisher against the real API
+#                   server at 100, 1,000 and 5,000 Nodes kept alive by kwok (~60 min;
+#                   TOKEN_RESOURCE_BENCH_SCALE_WINDOW=N seconds of steady state per size,
+#                   default 900);
 #                   TOKEN_RESOURCE_BENCH_PROBE_IDLE_SECONDS=N sets probe-idle's window
 #                   (default 60 s, 20 s with --quick)
 #   make soak    -> tests/agent/test_faults.py with many more iterations (TOKEN_RESOURCE_SOAK=1)
@@ -24,8 +28,9 @@ FUZZ_TESTS = tests/agent/test_faults.py tests/config/test_config_properties.py -
 
 .PHONY: bench soak fuzz
 
-bench: $(NEWEST)/.installed
-	$(NEWEST)/bin/python -m bench --before $(BENCH_BEFORE) $(BENCH_ARGS)
+# The scale section runs the real control plane (tests/kube's programs) and kwok.
+bench: $(NEWEST)/.installed kube-programs kwok
+	TOKEN_RESOURCE_KUBE_BIN=$(KUBE_BIN) $(NEWEST)/bin/python -m bench --before $(BENCH_BEFORE) $(BENCH_ARGS)
 
 soak: $(OLDEST)/.installed $(NEWEST)/.installed
 	TOKEN_RESOURCE_SOAK=1 $(OLDEST)/bin/python -m pytest tests/agent/test_faults.py -o timeout=3600 $(SOAK_ARGS)

@@ -66,8 +66,11 @@ def free_port() -> int:
 class ControlPlane(ClientConfigMixin):
     """etcd, kube-apiserver, kube-scheduler and kube-controller-manager, started by ``with``."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, audit_policy: str = AUDIT_POLICY) -> None:
+        """``audit_policy``: the API server's audit policy (default: every request's
+        metadata)."""
         self._own_directory = directory is None
+        self._audit_policy = audit_policy
         self.directory = Path(directory or tempfile.mkdtemp(prefix="kube-cp-"))
         self.ca = CertificateAuthority("token-resource-kube-test-ca")
         self.host = HOST
@@ -186,7 +189,7 @@ class ControlPlane(ClientConfigMixin):
 
     def _apiserver_flags(self, etcd_url: str) -> list[str]:
         d = self.directory
-        (d / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        (d / "audit-policy.yaml").write_text(self._audit_policy)
         self.server_certificate = self.ca.server_certificate((HOST, "localhost"))
         self.server_certificate.write(d / "apiserver.crt", d / "apiserver.key")
         (d / "ca.crt").write_bytes(self.ca.cert_pem)

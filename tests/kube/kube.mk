@@ -50,3 +50,17 @@ chart: kube-programs
 	@[ -n "$(CHART_VERSION)" ] || { echo "chart: no version from pyproject.toml" >&2; exit 1; }
 	$(HELM) package deploy/helm/token-resource --version $(CHART_VERSION) \
 		--app-version $(CHART_VERSION) -d dist
+
+# kwok for the fleet-scale benchmark (bench/scale.py), from its own module (tests/kube/go/kwok),
+# and the module's own node stages beside it (kustomize/stage/node: Ready at once, then a Lease
+# renewed as a kubelet's), which kwok needs to keep a Node alive.
+KWOK_DIR := $(KUBE_BIN)/kwok
+.PHONY: kwok
+kwok:
+	@command -v go >/dev/null || { echo "kwok: Go 1.26 or newer is needed on PATH" >&2; exit 1; }
+	cd tests/kube/go/kwok && \
+	go build -trimpath -buildvcs=false -o $(KWOK_DIR)/kwok sigs.k8s.io/kwok/cmd/kwok && \
+	stages=$$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage/node && \
+	mkdir -p $(KWOK_DIR)/stages && \
+	install -m 644 $$stages/fast/node-initialize.yaml \
+		$$stages/heartbeat-with-lease/node-heartbeat-with-lease.yaml $(KWOK_DIR)/stages/
