@@ -108,6 +108,7 @@ def test_a_scrape_shows_tokens_registrations_allocations_and_build(metrics_url: 
     for result in ("applied", "rejected", "failed"):
         assert value(samples, "token_resource_reloads_total", result=result) == 0
     assert value(samples, "token_resource_kubelet_restarts_total") == 0
+    assert value(samples, "token_resource_last_reload_successful") == 1
     started = value(samples, "token_resource_last_reload_success_timestamp_seconds")
     assert started is not None
     assert abs(started - time.time()) < 600
@@ -158,6 +159,7 @@ def test_reloads_by_result_and_a_resize_below_the_tokens_in_use(
         lambda s: (value(s, "token_resource_reloads_total", result="rejected") or 0) >= 1,
     )
     assert value(samples, "token_resource_tokens_configured", resource=LICENSE) == 1
+    assert value(samples, "token_resource_last_reload_successful") == 0
 
 
 def test_refused_allocate_calls_are_counted_apart(
