@@ -10,7 +10,6 @@ import re
 import shlex
 from pathlib import Path
 
-import kubernetes_validate  # type: ignore[import-untyped]
 import yaml
 
 from tests.deploy.monitoring import (
@@ -31,7 +30,6 @@ from tests.deploy.monitoring import (
 )
 from tests.deploy.test_manifests import (
     DEPLOY,
-    NEWEST_KUBERNETES,
     assert_kubectl_kustomize_renders,
     kind_of,
     kustomize,
@@ -143,8 +141,6 @@ def test_the_dashboard_is_a_configmap_for_grafanas_sidecar() -> None:
     config_map = kind_of(objects, "ConfigMap", "token-resource-dashboard")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(config_map["data"][DASHBOARD.name]) == json.loads(DASHBOARD.read_text())
-    checked = kubernetes_validate.validate(config_map, NEWEST_KUBERNETES, strict=True)
-    assert checked == NEWEST_KUBERNETES
 
 
 def test_every_panel_queries_the_chosen_prometheus() -> None:
@@ -186,5 +182,5 @@ def test_the_documented_prometheus_configuration_loads_the_installed_rules() -> 
     configuration itself runs in tests/deploy/test_prometheus.py."""
     config = documented_prometheus_config()
     assert config["rule_files"] == [f"{INSTALLED_EXAMPLES}/{RULES.name}"]
-    (job,) = config["scrape_configs"]
-    assert job["job_name"] == "token-resource"
+    jobs = {job["job_name"] for job in config["scrape_configs"]}
+    assert jobs == {"token-resource", "token-resource-publisher"}
