@@ -32,7 +32,8 @@ from tests.deploy.monitoring import (
     tool,
 )
 from tests.harness import AgentProcess
-from tests.observe.test_metrics import config
+from tests.observe.test_metrics import eventually, start_path_probed
+from tests.observe.test_status import LICENSE
 from tests.publisher.cluster_publishers import (
     PUBLISHER_RULES,
     account,
@@ -42,7 +43,6 @@ from tests.standin.apiserver import ApiServerStandin, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.standin.podresources import PodResourcesStandin
 
-LICENSE = "example.com/license"
 TIMEOUT = 30.0
 # The rewritten `for` (above), and the scrape and evaluation interval.
 FOR_SECONDS = 3
@@ -70,18 +70,6 @@ class Prometheus:
     def alerts(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.api("alerts")["alerts"]
         return found
-
-
-def until(what: str, read: Callable[[], Any], holds: Callable[[Any], bool]) -> Any:
-    """Polls ``read`` until ``holds``; fails with the last reading at the deadline."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        value = read()
-        if holds(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: never; last: {json.dumps(value, indent=1)[:4000]}")
-        time.sleep(0.1)
 
 
 def metrics_url(process: AgentProcess) -> str:
@@ -127,15 +115,7 @@ def devices(
 ) -> Path:
     """The agent with two license tokens, each probed by a file of its own every second."""
     directory = tmp_path / "dev"
-    directory.mkdir()
-    for index in (0, 1):
-        (directory / f"license{index}").touch()
-    probed = (
-        f'[resources."{LICENSE}"]\ncount = 2\n[resources."{LICENSE}".probe]\n'
-        f'path = "{directory}/license{{index}}"\ninterval = 1\nfailure_threshold = 1\n'
-    )
-    config(agent, pod_resources.socket_path, probed, 'listen = "127.0.0.1:0"\n')
-    agent.start()
+    start_path_probed(agent, pod_resources, directory, 2, present=(0, 1))
     kubelet.wait_for(serves_exactly({LICENSE: 2}))
     return directory
 
@@ -167,21 +147,21 @@ def prometheus(
     with log.open("w") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     try:
-        listening = until(
-            "prometheus listens",
+        listening = eventually(
             log.read_text,
             lambda text: process.poll() is not None or LISTENING.search(text) is not None,
+            "prometheus's log",
         )
         found = LISTENING.search(listening)
         assert found, listening
         server = Prometheus(f"http://{found[1]}")
-        until(
-            "both targets scraped",
+        eventually(
             lambda: server.api("targets")["activeTargets"],
             lambda active: len(active) == 2 and all(t["health"] == "up" for t in active),
+            "both targets up",
         )
         # Before the first scrape TokenResourceMetricsAbsent may be pending, or even firing.
-        until("no alert once both are scraped", server.alerts, lambda alerts: alerts == [])
+        eventually(server.alerts, lambda alerts: alerts == [], "no alert once scraped")
         yield server
     finally:
         process.terminate()
@@ -206,7 +186,7 @@ def test_alerts_fire_and_resolve_and_every_panel_shows_series(
 ) -> None:
     # The pool exhausted, then a token's probe failing.
     pod_resources.admit_pod("default", "web-1", "app", LICENSE, 2)
-    (devices / "license1").unlink()
+    (devices / "ttyUSB1").unlink()
     expected = {"TokenResourcePoolExhausted", "TokenResourceTokensUnhealthy"}
     seen: set[tuple[str, str]] = set()
 
@@ -215,7 +195,7 @@ def test_alerts_fire_and_resolve_and_every_panel_shows_series(
         seen.update((alert["labels"]["alertname"], alert["state"]) for alert in alerts)
         return alerts
 
-    alerts = until("the alerts fire", read, alerts_named(expected))
+    alerts = eventually(read, alerts_named(expected), "the alerts firing")
     fired_by = time.time()
     # Nothing else fired meanwhile; each went pending first (if a poll came in time to see it).
     assert {name for name, _ in seen} == expected, seen
@@ -235,9 +215,9 @@ def test_alerts_fire_and_resolve_and_every_panel_shows_series(
 
     check_panels(prometheus)
 
-    (devices / "license1").touch()
+    (devices / "ttyUSB1").touch()
     pod_resources.remove_pod("default", "web-1")
-    until("the alerts resolve", prometheus.alerts, lambda alerts: alerts == [])
+    eventually(prometheus.alerts, lambda alerts: alerts == [], "the alerts resolved")
 
 
 def unix_time(rfc3339: str) -> float:
