@@ -32,7 +32,8 @@ make_venv = { scratch=$$(mktemp -d) && TMPDIR=$$scratch $(1) -m venv $(2); statu
 run_pytest = base=$$(mktemp -d "$${TMPDIR:-/tmp}/token-resource-pytest.XXXXXX") && \
 	{ env $(2) $(1) -m pytest --basetemp="$$base/run" $(3); status=$$?; rm -rf "$$base"; exit $$status; }
 
-.PHONY: all demo test quick lint unit $(addprefix unit-,$(UNIT_VENVS)) proto proto-check clean
+.PHONY: all demo test quick lint unit $(addprefix unit-,$(UNIT_VENVS)) proto proto-check prometheus-rule \
+	clean
 
 all: test
 
@@ -121,6 +122,15 @@ proto-check: $(VENV_DIR)/protoc/.installed
 		cmp $$tmp/agent/token_resource/protocol/$${name}_pb2.pyi \
 			agent/token_resource/protocol/$${name}_pb2.pyi || exit 1; \
 	done
+
+# The metrics overlay's PrometheusRule: its own head (up to `spec:`), then the alerts' one source
+# indented under it (kustomize cannot embed a file in a custom resource; tests/deploy/test_alerts.py
+# fails when the two differ).
+MONITORING := deploy/kubernetes/overlays/metrics/monitoring
+prometheus-rule:
+	{ sed -n '1,/^spec:$$/p' $(MONITORING)/prometheusrule.yaml && \
+		sed 's/^\(.\)/  \1/' $(MONITORING)/token-resource.rules.yml; } > $(MONITORING)/prometheusrule.yaml.new
+	mv $(MONITORING)/prometheusrule.yaml.new $(MONITORING)/prometheusrule.yaml
 
 clean:
 	rm -rf $(VENV_DIR) dist build agent/*.egg-info

@@ -3,6 +3,7 @@ objects of every example values file, the schema refusing bad values, the packag
 
 from __future__ import annotations
 
+import shlex
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kube.chart import CHART, DEPLOY, EXAMPLES, ROOT, Helm, by_key
+from tests.deploy.monitoring import (
+    DASHBOARD,
+    RULES,
+    check_rules,
+    documented_commands,
+    shipped_rules,
+)
+from tests.kube.chart import CHART, DEPLOY, EXAMPLES, ROOT, Helm, by_key, documents
 from token_resource._compat import tomllib
 from token_resource.apiserver.objects.slices import device_class
 
@@ -213,11 +221,60 @@ def test_metrics_and_the_monitors_only_when_asked(helm: Helm) -> None:
     )
     monitors = by_key(item for item in asked if item["kind"].endswith("Monitor"))
     service = monitors["ServiceMonitor", "token-resource", "token-resource"]
-    assert service["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics"}]
+    # Each target labelled with its pod's node, which the alerts and the dashboard name.
+    node = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
+    assert service["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "relabelings": node}
+    ]
     pod = monitors["PodMonitor", "token-resource", "token-resource"]
-    assert pod["spec"]["podMetricsEndpoints"] == [{"targetPort": 9464, "path": "/metrics"}]
+    assert pod["spec"]["podMetricsEndpoints"] == [
+        {"targetPort": 9464, "path": "/metrics", "relabelings": node}
+    ]
     annotations = daemonset(asked)["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == "9464"
+
+
+def test_the_alerts_and_the_dashboard_only_when_asked(helm: Helm, tmp_path: Path) -> None:
+    """The PrometheusRule's spec is the rule file (promtool checks it as the chart renders
+    it), the dashboard ConfigMap's file the dashboard, labelled for Grafana's sidecar."""
+    metrics = EXAMPLES / "metrics.yaml"
+    kinds = {item["kind"] for item in helm.objects([metrics])}
+    assert "PrometheusRule" not in kinds
+    assert "token-resource-dashboard" not in {item["metadata"]["name"] for item in helm.objects()}
+    asked = by_key(
+        helm.objects(
+            [metrics],
+            settings=[
+                "metrics.prometheusRule.enabled=true",
+                "metrics.prometheusRule.labels.release=monitoring",
+                "metrics.grafanaDashboard.enabled=true",
+            ],
+        )
+    )
+    rule = asked["PrometheusRule", "token-resource", "token-resource"]
+    assert rule["metadata"]["labels"]["release"] == "monitoring"
+    assert rule["spec"] == shipped_rules()
+    rendered = tmp_path / "chart.rules.yml"
+    rendered.write_text(yaml.safe_dump(rule["spec"]))
+    check_rules(rendered)
+    dashboard = asked["ConfigMap", "token-resource", "token-resource-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"] == {DASHBOARD.name: DASHBOARD.read_text()}
+
+
+def test_the_observability_docs_helm_line_renders_the_alerts_and_the_dashboard(
+    helm: Helm,
+) -> None:
+    """docs/observability.md's `helm install`, as `helm template` (its objects need the
+    Prometheus Operator's CRDs, which no API server here has)."""
+    (line,) = documented_commands("helm")
+    args = [str(ROOT / arg) if arg.startswith("deploy/") else arg for arg in shlex.split(line)[1:]]
+    assert args[0] == "install"
+    objects = by_key(documents(helm.output("template", *args[1:])))
+    rule = objects["PrometheusRule", "token-resource", "token-resource"]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert ("PodMonitor", "token-resource", "token-resource") in objects
+    assert ("ConfigMap", "token-resource", "token-resource-dashboard") in objects
 
 
 # Each refusal names the value: the schema's by its path, the templates' in words.
@@ -232,6 +289,12 @@ REFUSALS = {
     "nodeStatus.enabled=yes": "at '/nodeStatus/enabled': got string, want boolean",
     "metrics.podMonitor.enabled=true": (
         "metrics.serviceMonitor/podMonitor: the configuration has no [metrics] listen"
+    ),
+    "metrics.prometheusRule.enabled=true": (
+        "metrics.prometheusRule/grafanaDashboard: the configuration has no [metrics] listen"
+    ),
+    "metrics.grafanaDashboard.enabled=1": (
+        "at '/metrics/grafanaDashboard/enabled': got number, want boolean"
     ),
 }
 
@@ -287,6 +350,8 @@ def test_the_package_holds_the_overlays_files(helm: Helm, tmp_path: Path) -> Non
         }
         for name in ("publisher-admission.yaml", "publisher-rbac.yaml"):
             linked[name] = f"cluster-pools/{name}"
+        for path in (RULES, DASHBOARD):
+            linked[path.name] = path.relative_to(DEPLOY / "overlays").as_posix()
         for packed_name, overlay_file in linked.items():
             packed = archive.extractfile(f"token-resource/files/{packed_name}")
             assert packed is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube.chart import DEPLOY, EXAMPLES, Helm, Key, drift, kustomize
+from tests.kube.chart import DEPLOY, EXAMPLES, Helm, Key, drift, key, kustomize
 
 # (values files, the overlay, the objects only the chart has: the overlays open no Service)
 CASES: dict[str, tuple[tuple[str, ...], str, tuple[Key, ...]]] = {
@@ -27,6 +27,10 @@ CASES: dict[str, tuple[tuple[str, ...], str, tuple[Key, ...]]] = {
     "cluster-pools": (("cluster-pools.yaml",), "overlays/cluster-pools", ()),
 }
 NAMESPACE = ("Namespace", "", "token-resource")
+MONITORING = {
+    ("PrometheusRule", "token-resource", "token-resource"),
+    ("ConfigMap", "token-resource", "token-resource-dashboard"),
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -35,6 +39,17 @@ def test_the_chart_renders_what_the_overlay_does(helm: Helm, case: str) -> None:
     values, overlay, chart_only = CASES[case]
     chart = helm.objects([EXAMPLES / name for name in values], settings=["namespace.create=true"])
     found = drift(chart, kustomize(DEPLOY / overlay), chart_only)
+    assert not found, "\n".join(found)
+
+
+def test_the_chart_renders_the_metrics_overlays_alerts_and_dashboard(helm: Helm) -> None:
+    """overlays/metrics/monitoring: the PrometheusRule and the dashboard's ConfigMap, which the
+    chart renders when asked (from the same files)."""
+    settings = ["metrics.prometheusRule.enabled=true", "metrics.grafanaDashboard.enabled=true"]
+    chart = helm.objects([EXAMPLES / "metrics.yaml"], settings=settings)
+    monitoring = [item for item in chart if key(item) in MONITORING]
+    assert len(monitoring) == len(MONITORING)
+    found = drift(monitoring, kustomize(DEPLOY / "overlays" / "metrics" / "monitoring"))
     assert not found, "\n".join(found)
 
 

@@ -9,8 +9,9 @@ import re
 import socket
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +22,7 @@ from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.standin.podresources import PodResourcesStandin
 from token_resource import __version__
 
+T = TypeVar("T")
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 # Every label the metrics may carry: resource names and fixed words, never pods.
 ALLOWED_LABELS = {"resource", "result", "version", "python", "le"}
@@ -30,6 +32,26 @@ TIMEOUT = 30.0
 def config(agent: AgentProcess, socket_path: Path, resources: str, metrics: str) -> None:
     text = agent.agent_section() + f'pod_resources_socket = "{socket_path}"\n'
     write_file(agent.config_path, text + resources + "\n[metrics]\n" + metrics, atomic=True)
+
+
+def start_path_probed(
+    agent: AgentProcess,
+    pod_resources: PodResourcesStandin,
+    devices: Path,
+    count: int,
+    present: Iterable[int],
+) -> None:
+    """The agent with metrics and ``count`` license tokens, token N usable while
+    ``devices``/ttyUSB<N> exists (made for each of ``present``), checked every second."""
+    devices.mkdir()
+    for index in present:
+        (devices / f"ttyUSB{index}").touch()
+    probed = (
+        f'[resources."{LICENSE}"]\ncount = {count}\n[resources."{LICENSE}".probe]\n'
+        f'path = "{devices}/ttyUSB{{index}}"\ninterval = 1\nfailure_threshold = 1\n'
+    )
+    config(agent, pod_resources.socket_path, probed, 'listen = "127.0.0.1:0"\n')
+    agent.start()
 
 
 def scrape(url: str) -> Samples:
@@ -52,15 +74,16 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
 
-def eventually(read: Callable[[], Samples], holds: Callable[[Samples], bool]) -> Samples:
-    """Polls ``read`` (a scrape or the textfile) until ``holds``; the last samples on failure."""
+def eventually(read: Callable[[], T], holds: Callable[[T], bool], what: str = "metrics") -> T:
+    """Polls ``read`` (a scrape, the textfile, Prometheus's API) until ``holds``; the last
+    reading on failure."""
     deadline = time.monotonic() + TIMEOUT
     while True:
-        samples = read()
-        if holds(samples):
-            return samples
+        reading = read()
+        if holds(reading):
+            return reading
         if time.monotonic() > deadline:
-            raise AssertionError(f"metrics never matched; last:\n{samples}")
+            raise AssertionError(f"{what} never matched; last:\n{reading}")
         time.sleep(0.05)
 
 
@@ -108,6 +131,7 @@ def test_a_scrape_shows_tokens_registrations_allocations_and_build(metrics_url: 
     for result in ("applied", "rejected", "failed"):
         assert value(samples, "token_resource_reloads_total", result=result) == 0
     assert value(samples, "token_resource_kubelet_restarts_total") == 0
+    assert value(samples, "token_resource_last_reload_successful") == 1
     started = value(samples, "token_resource_last_reload_success_timestamp_seconds")
     assert started is not None
     assert abs(started - time.time()) < 600
@@ -158,6 +182,7 @@ def test_reloads_by_result_and_a_resize_below_the_tokens_in_use(
         lambda s: (value(s, "token_resource_reloads_total", result="rejected") or 0) >= 1,
     )
     assert value(samples, "token_resource_tokens_configured", resource=LICENSE) == 1
+    assert value(samples, "token_resource_last_reload_successful") == 0
 
 
 def test_refused_allocate_calls_are_counted_apart(
@@ -253,15 +278,7 @@ def test_probes_show_healthy_tokens_checks_by_result_and_their_duration(
     tmp_path: Path,
 ) -> None:
     devices = tmp_path / "dev"
-    devices.mkdir()
-    for index in (0, 2):
-        (devices / f"ttyUSB{index}").touch()
-    probed = (
-        f'[resources."{LICENSE}"]\ncount = 4\n[resources."{LICENSE}".probe]\n'
-        f'path = "{devices}/ttyUSB{{index}}"\ninterval = 1\nfailure_threshold = 1\n'
-    )
-    config(agent, pod_resources.socket_path, probed, 'listen = "127.0.0.1:0"\n')
-    agent.start()
+    start_path_probed(agent, pod_resources, devices, 4, present=(0, 2))
     found = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+/metrics)", agent.log())
     assert found, agent.log()
 

@@ -24,12 +24,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.deploy.monitoring import DASHBOARD, RULES, RULES_TESTS
 from tests.packaging.test_removal_warning import CLAIMS, WARNING
 from tests.packaging.test_removal_warning import run as run_with_standin
 from token_resource._compat import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "token-resource"
+# The alerts, their tests and the dashboard, beside the docs (as in the .deb).
+EXAMPLES = (RULES, RULES_TESTS, DASHBOARD)
 UNIT = f"{NAME}.service"
 CONFIG = f"/etc/{NAME}.toml"
 SITELIB = re.compile(r"^/usr/lib/python3\.\d+/site-packages$")
@@ -82,6 +85,14 @@ class Package:
     def files(self) -> set[str]:
         return set(self.query("-l").splitlines())
 
+    def docdir(self) -> str:
+        """Where the docs go: /usr/share/doc/token-resource on Fedora and RHEL, versioned
+        (token-resource-<version>) where rpm's _docdir_fmt says so, as Debian's rpm does."""
+        (readme,) = [
+            line for line in self.files() if re.fullmatch(r"/usr/share/doc/[^/]+/README\.md", line)
+        ]
+        return readme.rsplit("/", 1)[0]
+
     def sitelib(self) -> str:
         """The python3 site-packages directory the package installs into."""
         found = {
@@ -129,7 +140,9 @@ def test_name_version_and_arch_come_from_pyproject(package: Package) -> None:
     assert package.path.name == f"{NAME}-{version}-{release}.noarch.rpm"
 
 
-def test_files_are_the_agent_its_command_unit_config_and_man_pages(package: Package) -> None:
+def test_files_are_the_agent_its_command_unit_config_man_pages_and_examples(
+    package: Package,
+) -> None:
     files = package.files()
     sitelib = package.sitelib()
     # Every module and data file of the source package is shipped, the generated protocol
@@ -152,6 +165,9 @@ def test_files_are_the_agent_its_command_unit_config_and_man_pages(package: Pack
         assert path in files, path
     for page in (f"/usr/share/man/man8/{NAME}.8", f"/usr/share/man/man5/{NAME}.toml.5"):
         assert page in files or f"{page}.gz" in files, page
+    docs = package.docdir()
+    for example in EXAMPLES:
+        assert f"{docs}/examples/{example.name}" in files, example
 
 
 def test_requires_name_the_distribution_libraries(package: Package) -> None:
@@ -303,6 +319,9 @@ def test_installs_into_a_root_with_the_expected_layout(package: Package) -> None
         gz = root / f"{page}.gz"
         text = gzip.decompress(gz.read_bytes()) if gz.exists() else (root / page).read_bytes()
         assert text == (REPO / "packaging/man" / source).read_bytes(), page
+    for example in EXAMPLES:
+        installed = root / f"{package.docdir().lstrip('/')}/examples/{example.name}"
+        assert installed.read_bytes() == example.read_bytes(), example
     verify = subprocess.run(
         ["rpm", "--root", str(root), "--dbpath", db, "-V", "--nodeps", NAME],
         capture_output=True, text=True, check=False,

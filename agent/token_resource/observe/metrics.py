@@ -61,6 +61,14 @@ class Metrics:
             "When the configuration was last applied in full (at start or by a reload)",
             registry=registry,
         )
+        # A rejected or failed reload leaves the previous configuration running: an alert
+        # needs to know that the last attempt is not fixed yet, which the counters cannot say.
+        self._last_reload_ok = Gauge(
+            "token_resource_last_reload_successful",
+            "1 when the last application of the configuration (at start or by a reload) "
+            "succeeded, 0 while a rejected or failed one has not been followed by a success",
+            registry=registry,
+        )
         self._kubelet_restarts = Counter(
             "token_resource_kubelet_restarts",
             "Times kubelet.sock appeared while the agent ran (kubelet starts and restarts)",
@@ -115,6 +123,9 @@ class Metrics:
         registry.register(_ReportCollector(loop, report))
 
     def config_applied(self, result: str, *, initial: bool) -> None:
+        # Before the counter: a scrape reads the counter first, so one that sees this
+        # result counted sees the gauge too.
+        self._last_reload_ok.set(result == APPLIED)
         if not initial:
             self._reloads.labels(result).inc()
         if result == APPLIED:
