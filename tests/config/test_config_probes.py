@@ -120,8 +120,8 @@ def test_the_license_kinds_with_their_defaults_and_their_tools() -> None:
 @pytest.mark.parametrize(
     ("text", "line", "key", "reason"),
     [
-        ('feature = "MATLAB"\n', 4, ".feature", 'feature belongs to a flexlm probe, which needs'),
-        ('product = "x"\n', 4, ".product", 'product belongs to a rlm probe, which needs rlm ='),
+        ('feature = "MATLAB"\n', 4, ".feature", "feature belongs to a flexlm probe, which needs"),
+        ('product = "x"\n', 4, ".product", "product belongs to a rlm probe, which needs rlm ="),
         ('lmutil = "/x"\n', 4, ".lmutil", "lmutil belongs to a flexlm probe"),
         ('tcp = "a:1"\nfeature = "M"\n', 5, ".feature", "(this probe is tcp)"),
         ('rlm = "1@a"\nproduct = "x"\nlmutil = "/x"\n', 6, ".lmutil", "(this probe is rlm)"),

@@ -163,7 +163,7 @@ def test_an_rlm_probe_counts_every_pool_of_its_product(tmp_path: Path) -> None:
             flexlm(),
             LMSTAT_DOWN,
             1,
-            "flexlm 27000@licsrv feature MATLAB: {tool} exited with status 1: Error getting "
+            "flexlm 27000@licsrv feature MATLAB: lmutil exited with status 1: Error getting "
             'status: Cannot connect to license server system. (-15,570:111 "Connection refused")',
         ),
         (
@@ -184,7 +184,7 @@ def test_an_rlm_probe_counts_every_pool_of_its_product(tmp_path: Path) -> None:
             rlm(),
             recorded("rlmstat_server_down.txt"),
             255,
-            "rlm 5053@licsrv product solver: {tool} exited with status 255: "
+            "rlm 5053@licsrv product solver: rlmutil exited with status 255: "
             'Error connecting to "rlm" server on licsrv (port 5053)',
         ),
     ],
@@ -198,8 +198,7 @@ def test_a_failed_check_takes_every_token_out_and_names_the_probe_and_the_line(
         ProbeSpec(probe.kind, probe.target, feature=probe.feature, tool=str(tool.path)), 3
     )
     assert outcome.passed == (False,) * 3
-    expected = message.format(tool=tool.path)
-    assert outcome.message.startswith(expected[:150]), outcome.message
+    assert outcome.message == message
     assert outcome.reasons[0] == outcome.message
 
 

@@ -141,10 +141,12 @@ async def _license(probe: ProbeSpec, count: int) -> Outcome:
         return _all(count, False, f"{asked}: {ran}")
     if ran.status != 0:
         said = license.telling_line(ran.output.splitlines())
+        # The tool by its name: a reason has room for the server's error, not for a long path.
+        tool = os.path.basename(argv[0])
         return _all(
             count,
             False,
-            f"{asked}: {argv[0]} exited with status {ran.status}" + (f": {said}" if said else ""),
+            f"{asked}: {tool} exited with status {ran.status}" + (f": {said}" if said else ""),
         )
     seats = license.free_seats(probe, ran.output)
     if isinstance(seats, license.Unreadable):
