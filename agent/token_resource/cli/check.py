@@ -102,7 +102,8 @@ def _probe(probe: ProbeSpec) -> str:
         f"{probe.success_threshold}"
     )
     taint = f", taint {probe.taint_effect}" if probe.taint_effect else ""
-    return f"{describe_probe(probe)}, timeout {probe.timeout:g} s, {thresholds}{taint}"
+    tool = f", with {probe.tool}" if probe.tool else ""
+    return f"{describe_probe(probe)}{tool}, timeout {probe.timeout:g} s, {thresholds}{taint}"
 
 
 def _run_once(spec: ResourceSpec) -> str:

@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from token_resource.config.errors import quote
-from token_resource.config.model import Config, NodeSelection, ProbeSpec, ResourceSpec
+from token_resource.config.model import (
+    FLEXLM,
+    LICENSE_KINDS,
+    Config,
+    NodeSelection,
+    ProbeSpec,
+    ResourceSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -73,8 +80,16 @@ def describe_probe(probe: ProbeSpec | None) -> str:
     """E.g. 'tcp 127.0.0.1:27000 every 10 s' or 'none'."""
     if probe is None:
         return "none"
+    return f"{describe_check(probe)} every {probe.interval:g} s"
+
+
+def describe_check(probe: ProbeSpec) -> str:
+    """What the probe checks, e.g. 'tcp 127.0.0.1:27000' or 'flexlm 27000@lic feature MATLAB'."""
     target = " ".join(probe.target) if isinstance(probe.target, tuple) else probe.target
-    return f"{probe.kind} {target} every {probe.interval:g} s"
+    if probe.kind not in LICENSE_KINDS:
+        return f"{probe.kind} {target}"
+    counted = "feature" if probe.kind == FLEXLM else "product"
+    return f"{probe.kind} {target} {counted} {probe.feature}"
 
 
 def describe_diff(diff: ConfigDiff) -> str:

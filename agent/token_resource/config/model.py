@@ -49,7 +49,10 @@ MAX_DRA_COUNT = 4096
 
 # Probes: what a resource's tokens stand for, asked whether they are usable (health/).
 COMMAND, TCP, HTTP, PATH = "command", "tcp", "http", "path"
-PROBE_KINDS = (COMMAND, TCP, HTTP, PATH)
+# License servers asked for a feature's (FlexNet) or a product's (RLM) free seats.
+FLEXLM, RLM = "flexlm", "rlm"
+LICENSE_KINDS = (FLEXLM, RLM)
+PROBE_KINDS = (COMMAND, TCP, HTTP, PATH, *LICENSE_KINDS)
 # In a path probe, the token's index: each token has a path of its own.
 INDEX_PLACEHOLDER = "{index}"
 # The effects of the taint a DRA resource's unhealthy tokens get in the ResourceSlices.
@@ -59,14 +62,19 @@ DEFAULT_PROBE_INTERVAL = 10.0
 DEFAULT_PROBE_TIMEOUT = 1.0
 DEFAULT_FAILURE_THRESHOLD = 3
 DEFAULT_SUCCESS_THRESHOLD = 1
+# lmstat and rlmstat ask a server that may be a redundant triad: seconds, not the 1 s of a port.
+DEFAULT_LICENSE_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
 class ProbeSpec:
     """How a resource's tokens are checked: ``kind`` is one of PROBE_KINDS, ``target`` its argv
-    (command), ``host:port`` (tcp), URL (http) or path, with INDEX_PLACEHOLDER for a path per
-    token (path). A token turns unhealthy after ``failure_threshold`` failed checks in a row
-    and healthy again after ``success_threshold`` good ones."""
+    (command), ``host:port`` (tcp), URL (http), path, with INDEX_PLACEHOLDER for a path per
+    token (path), or the license server as lmutil's or rlmutil's ``-c`` takes it (flexlm, rlm:
+    ``port@host``, several joined by ":", or a license file), with ``feature`` the FlexNet
+    feature or RLM product counted and ``tool`` the lmutil or rlmutil to run. A token turns
+    unhealthy after ``failure_threshold`` failed checks in a row and healthy again after
+    ``success_threshold`` good ones."""
 
     kind: str
     target: str | tuple[str, ...]
@@ -76,6 +84,9 @@ class ProbeSpec:
     success_threshold: int = DEFAULT_SUCCESS_THRESHOLD
     # DRA resources only; None: NoSchedule.
     taint_effect: str | None = None
+    # License kinds only.
+    feature: str | None = None
+    tool: str | None = None
 
     @property
     def per_token(self) -> bool:

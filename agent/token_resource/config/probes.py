@@ -1,12 +1,21 @@
 """A resource's ``probe`` table: one kind of check, with the settings Kubernetes probes have.
 
     [resources."example.com/license".probe]
-    command = ["/usr/local/bin/free-seats"]   # or tcp = "host:port", http = "URL", path = "..."
+    command = ["/usr/local/bin/free-seats"]   # or tcp = "host:port", http = "URL", path = "...",
+                                              # flexlm = "27000@licsrv" with feature = "NAME",
+                                              # rlm = "5053@licsrv" with product = "NAME"
     interval = 10            # seconds between checks
     timeout = 1              # seconds a check may take
     failure_threshold = 3    # failed checks in a row that make the tokens unhealthy
     success_threshold = 1    # good checks in a row that make them healthy again
     taint_effect = "NoSchedule"   # DRA only: or "NoExecute", which evicts their pods
+
+The license kinds count a license server's free seats through the vendor's tool: ``lmutil``
+(``lmutil = "/opt/flexlm/bin/lmutil"``; default, the one on PATH) or ``rlmutil`` likewise.
+Their server is what that tool's ``-c`` takes: ``port@host`` (``@host`` for FlexNet's default
+ports), several joined by ":" as FlexNet and RLM allow on Linux (a FlexNet redundant triad is
+``port@h1,port@h2,port@h3``), or the absolute path of a license file. Their timeout defaults
+to DEFAULT_LICENSE_TIMEOUT.
 
 The table is one setting: a drop-in that sets a probe replaces the whole probe.
 """
@@ -21,24 +30,40 @@ from urllib.parse import urlsplit
 from token_resource.config.errors import Invalid, describe_value, quote
 from token_resource.config.model import (
     COMMAND,
+    DEFAULT_LICENSE_TIMEOUT,
+    FLEXLM,
     HTTP,
     INDEX_PLACEHOLDER,
     NO_EXECUTE,
     NO_SCHEDULE,
     PATH,
     PROBE_KINDS,
+    RLM,
     TCP,
     ProbeSpec,
 )
 
+# Each license kind's keys: what it counts, and the vendor's tool (by default on PATH).
+LICENSE_KEYS = {FLEXLM: ("feature", "lmutil"), RLM: ("product", "rlmutil")}
 PROBE_KEYS = frozenset(
-    {*PROBE_KINDS, "interval", "timeout", "failure_threshold", "success_threshold", "taint_effect"}
+    {
+        *PROBE_KINDS,
+        *(key for keys in LICENSE_KEYS.values() for key in keys),
+        "interval",
+        "timeout",
+        "failure_threshold",
+        "success_threshold",
+        "taint_effect",
+    }
 )
 MIN_INTERVAL, MAX_INTERVAL = 1.0, 86400.0
 MAX_TIMEOUT = 3600.0
 MAX_THRESHOLD = 100
 _MAX_PORT = 65535
 _HOST = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+# A FlexNet feature or RLM product name: no spaces, colons or parentheses, which lmstat's and
+# rlmstat's lines use around it.
+_LICENSED_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
 
 
 def parse_probe(value: object, key_path: tuple[str, ...]) -> ProbeSpec:
@@ -51,10 +76,12 @@ def parse_probe(value: object, key_path: tuple[str, ...]) -> ProbeSpec:
             f"unknown key {quote(unknown[0])}; allowed: {', '.join(sorted(PROBE_KEYS))}",
         )
     kinds = [kind for kind in PROBE_KINDS if kind in value]
+    if not kinds:
+        _license_settings(value, None, key_path)
     if len(kinds) != 1:
         raise Invalid(
             key_path,
-            "a probe needs exactly one of command, tcp, http or path"
+            f"a probe needs exactly one of {', '.join(PROBE_KINDS[:-1])} or {PROBE_KINDS[-1]}"
             + (f", got {' and '.join(kinds)}" if kinds else ""),
         )
     kind = kinds[0]
@@ -62,6 +89,7 @@ def parse_probe(value: object, key_path: tuple[str, ...]) -> ProbeSpec:
         "kind": kind,
         "target": _TARGETS[kind](value[kind], (*key_path, kind)),
     }
+    settings.update(_license_settings(value, kind, key_path))
     if "interval" in value:
         settings["interval"] = parse_seconds(
             value, "interval", MIN_INTERVAL, MAX_INTERVAL, key_path
@@ -134,7 +162,83 @@ def _path(value: object, key_path: tuple[str, ...]) -> str:
     return value
 
 
-_TARGETS = {COMMAND: _command, TCP: _tcp, HTTP: _http, PATH: _path}
+def _license_server(value: object, key_path: tuple[str, ...]) -> str:
+    kind = key_path[-1]
+    flexnet = ' or "@HOST" (its default ports)' if kind == FLEXLM else ""
+    triad = ' (a redundant triad: "PORT@H1,PORT@H2,PORT@H3")' if kind == FLEXLM else ""
+    problem = (
+        f'{kind} must be the license server as "PORT@HOST" (port 1 to {_MAX_PORT}){flexnet}, '
+        f'several joined by ":"{triad}, or the absolute path of a license file, '
+        f"got {describe_value(value)}"
+    )
+    if not isinstance(value, str):
+        raise Invalid(key_path, problem)
+    if value.startswith("/"):
+        if "\0" in value or ":" in value:
+            raise Invalid(key_path, problem)
+        return value
+    for server in (part for listed in value.split(":") for part in listed.split(",")):
+        port, at, host = server.partition("@")
+        # FlexNet's "@host" asks its default ports; RLM has one, so it needs its port.
+        default_port = not port and kind == FLEXLM
+        known_port = port.isdigit() and 1 <= int(port) <= _MAX_PORT
+        if not at or not _HOST.fullmatch(host) or not (default_port or known_port):
+            raise Invalid(key_path, problem)
+    if "," in value and kind != FLEXLM:
+        raise Invalid(key_path, problem)
+    return value
+
+
+def _license_settings(
+    value: Mapping[str, Any], kind: str | None, key_path: tuple[str, ...]
+) -> dict[str, Any]:
+    """A license kind's counted name, tool and timeout; their keys refused on any other kind
+    (``kind`` None: a table of no kind)."""
+    for owner, keys in LICENSE_KEYS.items():
+        for key in (key for key in keys if key in value and owner != kind):
+            raise Invalid(
+                (*key_path, key),
+                f'{key} belongs to a {owner} probe, which needs {owner} = "PORT@HOST"'
+                + ("" if kind is None else f" (this probe is {kind})"),
+            )
+    if kind not in LICENSE_KEYS:
+        return {}
+    name_key, tool_key = LICENSE_KEYS[kind]
+    if name_key not in value:
+        raise Invalid(
+            (*key_path, kind),
+            f'a {kind} probe needs {name_key} = "NAME": the {name_key} whose free seats it counts',
+        )
+    name = value[name_key]
+    if not isinstance(name, str) or not _LICENSED_NAME.fullmatch(name):
+        raise Invalid(
+            (*key_path, name_key),
+            f'{name_key} must be a name of letters, digits, "_", "-", "." and "+" (at most 64, '
+            f"as the license file spells it), got {describe_value(name)}",
+        )
+    tool = value.get(tool_key, tool_key)
+    if (
+        not isinstance(tool, str)
+        or not tool
+        or "\0" in tool
+        or ("/" in tool and not tool.startswith("/"))
+    ):
+        raise Invalid(
+            (*key_path, tool_key),
+            f"{tool_key} must be an absolute path or a program name found on PATH, "
+            f"got {describe_value(tool)}",
+        )
+    return {"feature": name, "tool": tool, "timeout": DEFAULT_LICENSE_TIMEOUT}
+
+
+_TARGETS = {
+    COMMAND: _command,
+    TCP: _tcp,
+    HTTP: _http,
+    PATH: _path,
+    FLEXLM: _license_server,
+    RLM: _license_server,
+}
 
 
 def parse_seconds(

@@ -8,6 +8,10 @@
 - http: a GET answers 2xx (http or https, certificates verified; no redirects followed, as the
   kubelet's own probes do not follow them to other hosts either).
 - path: the file or device node exists; with ``{index}`` each token has its own path.
+- flexlm, rlm: the vendor's tool (lmutil lmstat, rlmutil rlmstat) run as a command is, its
+  output read for the feature's or product's free seats (``license``): that many tokens are
+  healthy, token-0 first. A tool that cannot run, hangs, exits other than 0, or prints no
+  count of the name (not listed, uncounted, an error in its place) fails the check for all.
 
 A probe that cannot run (no such binary, permission denied, a name that does not resolve) is a
 failed check with that reason, never an exception.
@@ -25,10 +29,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from token_resource.config.model import COMMAND, HTTP, INDEX_PLACEHOLDER, PATH, TCP, ProbeSpec
+from token_resource.config.diff import describe_check
+from token_resource.config.model import (
+    COMMAND,
+    FLEXLM,
+    HTTP,
+    INDEX_PLACEHOLDER,
+    PATH,
+    RLM,
+    TCP,
+    ProbeSpec,
+)
+from token_resource.health import license
 
-# What is kept of a command's output and a reason: enough for a status line and a log.
-MAX_OUTPUT_BYTES = 4096
+# What a command probe reads of its output (its first line is all it looks at) and what is kept
+# of a reason: enough for a status line and a log. A license probe reads all of its tool's.
+MAX_OUTPUT_CHARS = 4096
 MAX_REASON_CHARS = 200
 # How long a killed command's output may stay open (a process that left its group holds it).
 REAP_SECONDS = 1.0
@@ -65,8 +81,18 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 
 
-async def _command(probe: ProbeSpec, count: int) -> Outcome:
-    argv: Sequence[str] = probe.target if isinstance(probe.target, tuple) else (probe.target,)
+@dataclass(frozen=True)
+class Finished:
+    """A command that ran to its end: its exit status and its whole output (stdout, then
+    stderr interleaved as written)."""
+
+    status: int
+    output: str
+
+
+async def run_command(argv: Sequence[str], timeout: float) -> Finished | str:
+    """``argv`` run in a process group of its own, killed with the group at ``timeout`` (and on
+    cancellation) and reaped; a str says why it did not finish."""
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -76,31 +102,67 @@ async def _command(probe: ProbeSpec, count: int) -> Outcome:
             start_new_session=True,  # a group of its own: a timeout kills what it started too
         )
     except OSError as error:
-        return _all(count, False, f"cannot run {argv[0]}: {error.strerror or error}")
+        return f"cannot run {argv[0]}: {error.strerror or error}"
     try:
-        output, _ = await asyncio.wait_for(process.communicate(), probe.timeout)
+        output, _ = await asyncio.wait_for(process.communicate(), timeout)
     except asyncio.TimeoutError:
         _kill_group(process.pid)
         await _reap(process)
-        return _all(count, False, f"{argv[0]} still running after {probe.timeout:g} s: killed")
+        return f"{argv[0]} still running after {timeout:g} s: killed"
     except asyncio.CancelledError:
         _kill_group(process.pid)
         await asyncio.shield(_reap(process))
         raise
-    text = output[:MAX_OUTPUT_BYTES].decode(errors="replace")
+    assert process.returncode is not None
+    return Finished(process.returncode, output.decode(errors="replace"))
+
+
+async def _command(probe: ProbeSpec, count: int) -> Outcome:
+    argv: Sequence[str] = probe.target if isinstance(probe.target, tuple) else (probe.target,)
+    ran = await run_command(argv, probe.timeout)
+    if isinstance(ran, str):
+        return _all(count, False, ran)
+    text = ran.output[:MAX_OUTPUT_CHARS]
     first = text.strip().split("\n", 1)[0].strip() if text.strip() else ""
-    if process.returncode != 0:
+    if ran.status != 0:
         said = f": {first}" if first else ""
-        return _all(count, False, f"{argv[0]} exited with status {process.returncode}{said}")
+        return _all(count, False, f"{argv[0]} exited with status {ran.status}{said}")
     if first.isdigit():
-        healthy = min(int(first), count)
-        reason = f"{argv[0]} reports {first} healthy"
-        return Outcome(
-            tuple(index < healthy for index in range(count)),
-            reason,
-            dict.fromkeys(range(healthy, count), reason),
-        )
+        return _first_healthy(count, int(first), f"{argv[0]} reports {first} healthy")
     return _all(count, True, f"{argv[0]} exited with status 0")
+
+
+async def _license(probe: ProbeSpec, count: int) -> Outcome:
+    """A license server's free seats: that many tokens healthy, token-0 first."""
+    asked = describe_check(probe)
+    argv = license.argv(probe)
+    ran = await run_command(argv, probe.timeout)
+    if isinstance(ran, str):
+        return _all(count, False, f"{asked}: {ran}")
+    if ran.status != 0:
+        said = license.telling_line(ran.output.splitlines())
+        # The tool by its name: a reason has room for the server's error, not for a long path.
+        tool = os.path.basename(argv[0])
+        return _all(
+            count,
+            False,
+            f"{asked}: {tool} exited with status {ran.status}" + (f": {said}" if said else ""),
+        )
+    seats = license.free_seats(probe, ran.output)
+    if isinstance(seats, license.Unreadable):
+        return _all(count, False, f"{asked}: {seats.problem}")
+    return _first_healthy(count, seats.free, f"{asked}: {seats.free} of {seats.issued} free")
+
+
+def _first_healthy(count: int, healthy: int, message: str) -> Outcome:
+    """The first ``healthy`` tokens healthy (token-0 first), the others not, for ``message``."""
+    healthy = min(healthy, count)
+    message = _short(message)
+    return Outcome(
+        tuple(index < healthy for index in range(count)),
+        message,
+        dict.fromkeys(range(healthy, count), message),
+    )
 
 
 async def _reap(process: asyncio.subprocess.Process) -> None:
@@ -195,4 +257,11 @@ def _existing(paths: Sequence[str]) -> tuple[bool, ...]:
     return tuple(os.path.exists(path) for path in paths)
 
 
-_CHECKS = {COMMAND: _command, TCP: _tcp, HTTP: _http, PATH: _path}
+_CHECKS = {
+    COMMAND: _command,
+    TCP: _tcp,
+    HTTP: _http,
+    PATH: _path,
+    FLEXLM: _license,
+    RLM: _license,
+}

@@ -1,0 +1,35 @@
+"""The worked examples of the documents, for the tests that run them: a topic's fenced TOML
+blocks, found as tests/test_docs_commands.py finds its command lines (the fences of
+README.md and docs/*.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def toml_example(topic: str, containing: str) -> str:
+    """The one ```toml block of docs/``topic`` that holds ``containing``."""
+    blocks: list[str] = []
+    language: str | None = None  # of the open block; None: outside any
+    lines: list[str] = []
+    for line in (DOCS / topic).read_text().splitlines():
+        if not line.strip().startswith("```"):
+            lines.append(line)
+        elif language is None:
+            language, lines = line.strip()[3:], []
+        else:
+            if language == "toml":
+                blocks.append("\n".join(lines) + "\n")
+            language = None
+    found = [block for block in blocks if containing in block]
+    assert len(found) == 1, f"docs/{topic}: {len(found)} toml blocks hold {containing!r}"
+    return found[0]
+
+
+def replaced(text: str, old: str, new: str) -> str:
+    """``text`` with its one ``old`` made ``new``: a test's change to a documented example,
+    which fails loudly once the document no longer says ``old``."""
+    assert text.count(old) == 1, f"{old!r} is not once in:\n{text}"
+    return text.replace(old, new)
