@@ -23,7 +23,7 @@ from tests.publisher.cluster_publishers import (
 )
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.license_tools import LMSTAT_DOWN, RLMSTAT_DOWN, LicenseTool, lmstat, rlmstat
-from token_resource.apiserver.slices import cluster_pool_name
+from token_resource.apiserver.objects.slices import cluster_pool_name
 
 SOLVER = "example.com/solver"
 
