@@ -39,9 +39,9 @@ deb:
 	mkdir -p $(DEB_SRC)/packaging $(DEB_DIST)
 	cp -r agent etc systemd pyproject.toml README.md $(DEB_SRC)/
 	if [ -d packaging/man ]; then cp -r packaging/man $(DEB_SRC)/packaging/; fi
-	# The alerts and the dashboard, for Prometheus and Grafana (debian/token-resource.examples).
-	mkdir -p $(DEB_SRC)/$(dir $(MONITORING))
-	cp -r $(MONITORING) $(DEB_SRC)/$(dir $(MONITORING))
+	# The alerts and the dashboard, for Prometheus and Grafana: the files dh_installexamples
+	# installs, named once (debian/token-resource.examples).
+	cp --parents $$(cat packaging/debian/token-resource.examples) $(DEB_SRC)/
 	cp packaging/license_for_setuptools.py $(DEB_SRC)/packaging/
 	cp -r packaging/debian $(DEB_SRC)/debian
 	find $(DEB_SRC) \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
