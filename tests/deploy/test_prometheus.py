@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -66,6 +67,17 @@ class Prometheus:
             answer = json.loads(response.read())
         assert answer["status"] == "success", answer
         return answer["data"]
+
+    def ready(self) -> bool:
+        """/-/ready: its API answers 503 from "Listening on" until the TSDB is open and the
+        configuration loaded ("Server is ready to receive web requests")."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=TIMEOUT) as response:
+                return bool(response.status == 200)
+        except urllib.error.HTTPError as refused:
+            if refused.code != 503:
+                raise
+            return False
 
     def alerts(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.api("alerts")["alerts"]
@@ -155,6 +167,7 @@ def prometheus(
         found = LISTENING.search(listening)
         assert found, listening
         server = Prometheus(f"http://{found[1]}")
+        eventually(server.ready, bool, "prometheus ready")
         eventually(
             lambda: server.api("targets")["activeTargets"],
             lambda active: len(active) == 2 and all(t["health"] == "up" for t in active),
