@@ -7,7 +7,9 @@
 #                           program says the k8s.io/kubernetes version it was built from
 #                           (`kubectl version`, the API server's /version).
 #                           And helm (tests/kube/go/helm, a module of its own: helm's k8s.io
-#                           pins stay out of the release modules) -> $(KUBE_BIN)/helm/helm.
+#                           pins stay out of the release modules) -> $(KUBE_BIN)/helm/helm;
+#                           the Prometheus Operator's PrometheusRule CRD (tests/kube/go/crds)
+#                           -> $(KUBE_BIN)/crds/.
 #   make kube-test       -> tests/kube against them (and the Helm chart's tests)
 #   make chart           -> dist/token-resource-<version>.tgz, versioned by pyproject.toml
 #
@@ -39,6 +41,12 @@ kube-programs:
 	go build -trimpath -buildvcs=false \
 		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$version" \
 		-o $(HELM) helm.sh/helm/v4/cmd/helm
+	echo "kube-programs: the Prometheus Operator's PrometheusRule CRD"
+	cd tests/kube/go/crds && \
+	go mod download github.com/prometheus-operator/prometheus-operator && \
+	crds=$$(go list -m -f '{{.Dir}}' github.com/prometheus-operator/prometheus-operator) && \
+	install -D -m 644 $$crds/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml \
+		$(KUBE_BIN)/crds/monitoring.coreos.com_prometheusrules.yaml
 
 kube-test: kube-programs $(NEWEST)/.installed
 	$(call run_pytest,$(NEWEST)/bin/python,TOKEN_RESOURCE_KUBE_BIN=$(KUBE_BIN),-p no:cacheprovider tests/kube $(KUBE_TEST_ARGS))

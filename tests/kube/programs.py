@@ -24,14 +24,26 @@ def helm() -> Path:
     return built("helm", "helm")
 
 
-def built(directory: str, name: str) -> Path:
+def crd(name: str) -> Path:
+    """A CustomResourceDefinition's file from another project's module (tests/kube/go/crds)."""
+    path = kube_bin() / "crds" / name
+    if not path.is_file():
+        raise MissingProgram(f"{path} was not copied (make kube-programs)")
+    return path
+
+
+def kube_bin() -> Path:
     base = os.environ.get("TOKEN_RESOURCE_KUBE_BIN")
     if not base:
         raise MissingProgram(
             "TOKEN_RESOURCE_KUBE_BIN is not set: run these tests with `make kube-test`, "
             "which builds the real components first"
         )
-    path = Path(base) / directory / name
+    return Path(base)
+
+
+def built(directory: str, name: str) -> Path:
+    path = kube_bin() / directory / name
     if not os.access(path, os.X_OK):
         raise MissingProgram(f"{path} was not built (make kube-programs)")
     return path

@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.deploy.test_manifests import DEPLOY, KUSTOMIZATIONS
 from tests.harness import AgentProcess
 from tests.kube.client import wait_until
 from tests.kube.controlplane import ControlPlane
+from tests.kube.programs import crd
 
 ANNOTATION = "token-resource/extended-resources"
+PROMETHEUS_RULES = "monitoring.coreos.com_prometheusrules.yaml"
+MONITORING = DEPLOY / "overlays" / "metrics" / "monitoring"
 DONGLE, SEAT, FOREIGN = "example.com/dongle", "example.com/seat", "other.example/thing"
 
 
@@ -145,8 +149,10 @@ def test_every_kustomization_passes_the_real_api_servers_validation(
 ) -> None:
     """Each of deploy/kubernetes's kustomizations, rendered by the real kubectl's kustomize and
     checked by the real API server (a server-side dry run: nothing is created), in the
-    namespace it creates."""
+    namespace it creates. The monitoring kustomization's PrometheusRule against the Prometheus
+    Operator's own CRD, installed first as a cluster with the Operator has it."""
     control_plane.kubectl("apply", "-f", str(DEPLOY / "base" / "namespace" / "namespace.yaml"))
+    install_prometheus_rules_crd(control_plane)
     for kustomization in KUSTOMIZATIONS:
         printed = control_plane.kubectl(
             "apply", "--dry-run=server", "-k", str(DEPLOY / kustomization)
@@ -154,3 +160,20 @@ def test_every_kustomization_passes_the_real_api_servers_validation(
         lines = printed.splitlines()
         assert lines, kustomization
         assert all(line.endswith("(server dry run)") for line in lines), (kustomization, printed)
+
+
+def test_the_prometheus_operators_schema_refuses_a_broken_rule(control_plane: ControlPlane) -> None:
+    """The CRD the kustomizations are checked against validates a rule, not just its kind: the
+    shipped PrometheusRule with a `for:` that is no Prometheus duration is refused."""
+    control_plane.kubectl("apply", "-f", str(DEPLOY / "base" / "namespace" / "namespace.yaml"))
+    install_prometheus_rules_crd(control_plane)
+    rule = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "five minutes"
+    with pytest.raises(AssertionError, match=r"spec\.groups\[0\]\.rules\[0\]\.for"):
+        control_plane.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(rule))
+
+
+def install_prometheus_rules_crd(control_plane: ControlPlane) -> None:
+    path = str(crd(PROMETHEUS_RULES))
+    control_plane.kubectl("apply", "--server-side", "-f", path)
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", path)
