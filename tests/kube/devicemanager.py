@@ -26,10 +26,19 @@ _NAMESPACE_SCRIPT = (
 )
 
 
-def host_mounts() -> list[str]:
-    """The mount points of the tests' own mount namespace."""
+def host_mounts(directory: Path) -> list[str]:
+    """The mount points of the tests' own mount namespace that the program's namespace makes
+    in its own: /var/lib, the fixed directory, and at or under ``directory``. Only these: other
+    tests (a real node's pods, booted containers) mount and unmount elsewhere meanwhile."""
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    return sorted(line.split()[4] for line in lines)
+    points = (Path(line.split()[4]) for line in lines)
+    return sorted(
+        str(point)
+        for point in points
+        if point in (Path("/var/lib"), Path(FIXED_DIRECTORY))
+        or point == directory
+        or directory in point.parents
+    )
 
 
 Counts = dict[str, int]
@@ -120,7 +129,7 @@ class DeviceManager:
 def running(release: str, directory: Path, log_path: Path) -> Iterator[DeviceManager]:
     """The release's device manager started in ``directory``; at the end it must exit 0 and
     its namespace's mounts be gone with it (the host's table as it was)."""
-    mounts = host_mounts()
+    mounts = host_mounts(directory)
     manager = DeviceManager(release, directory, log_path)
     try:
         manager.start()
@@ -128,4 +137,4 @@ def running(release: str, directory: Path, log_path: Path) -> Iterator[DeviceMan
     finally:
         code = manager.close()
         assert code == 0, f"device manager exited with {code}:\n{manager.program.log_tail()}"
-        assert host_mounts() == mounts
+        assert host_mounts(directory) == mounts
