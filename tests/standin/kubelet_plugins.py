@@ -5,8 +5,15 @@ directory and its subdirectories with inotify (here the watchdog library), ignor
 starting with ``.`` and anything that is not a unix socket, and finds the sockets already there
 at start. A socket created (or renamed into place) is a plugin to register, under a new
 identity each time (the desired state's UUID, formerly a timestamp), so a replaced socket is
-deregistered, then registered again (reconciler/reconciler.go: deregistrations first). A
-removed socket deregisters its plugin.
+deregistered, then registered again (reconciler/reconciler.go: deregistrations first), and
+only at the reconciler's next pass, a second later: its operations are keyed by the socket's
+path (nestedpendingoperations), so the registration it tries in the pass that started the
+deregistration is refused as already under way (the same for a socket removed and made again
+at its path). For that second the plugin is gone (a real
+1.36 and 1.37 kubelet did this when a DaemonSet's driver restarted in its pod and made its
+sockets again at the same paths: ``OperationExecutor.UnregisterPlugin started``, then
+``RegisterPlugin started`` 1.0 s later; tests/node/test_flap.py). A removed socket
+deregisters its plugin.
 
 Registration (operationexecutor/operation_generator.go, ``GenerateRegisterPluginFunc``): dial
 (10 s), ``GetInfo`` (1 s), pick the handler of ``PluginInfo.type`` (only ``DRAPlugin`` here;
@@ -21,7 +28,8 @@ exponentialbackoff); one refused by ``RegisterPlugin`` is not, as in the real re
 
 Not modelled: the 1.35+ connection monitor (monitor.go), which deregisters a plugin whose
 registration socket stopped answering GetInfo twice at 10 s intervals, and registers again a
-socket that answers again; the real reconciler's 1 s loop (the stand-in reacts at once).
+socket that answers again; the real reconciler's 1 s loop otherwise (the stand-in reacts at
+once, but for the replaced socket above).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ DIAL_SECONDS = 10.0
 GET_INFO_SECONDS = 1.0
 NOTIFY_SECONDS = 5.0
 FIRST_RETRY_SECONDS = 0.5
+# The real reconciler's loop period (pluginmanager's reconcilerLoopSleepDuration).
+RECONCILE_SECONDS = 1.0
 LAST_RETRY_SECONDS = 122.0
 
 
@@ -90,6 +100,8 @@ class PluginWatcher:
         self._desired: dict[Path, str] = {}  # socket -> identity of its latest creation
         self._actual: dict[Path, _Registered] = {}
         self._retry: dict[Path, tuple[float, float]] = {}  # socket -> (not before, delay)
+        # socket -> when its deregistration's pass is over (no registration there before).
+        self._quiet_until: dict[Path, float] = {}
         self._running = False
         self._observer: Any = None
         self._thread: threading.Thread | None = None
@@ -148,9 +160,9 @@ class PluginWatcher:
             with self._cond:
                 work = self._next_work()
                 while work is None and self._running:
-                    waits = [
-                        not_before - time.monotonic() for not_before, _ in self._retry.values()
-                    ]
+                    now = time.monotonic()
+                    waits = [not_before - now for not_before, _ in self._retry.values()]
+                    waits += [until - now for until in self._quiet_until.values() if until > now]
                     self._cond.wait(max(min(waits), 0.01) if waits else None)
                     work = self._next_work()
                 if not self._running:
@@ -169,6 +181,8 @@ class PluginWatcher:
         for path, registered in list(self._actual.items()):
             if self._desired.get(path) != registered.identity:
                 del self._actual[path]
+                # Whatever comes at this path next registers at the next pass, a second on.
+                self._quiet_until[path] = time.monotonic() + RECONCILE_SECONDS
                 return "deregister", path, registered
         now = time.monotonic()
         for path, identity in self._desired.items():
@@ -176,7 +190,7 @@ class PluginWatcher:
             if current is not None and current.identity == identity:
                 continue
             not_before, _ = self._retry.get(path, (0.0, 0.0))
-            if not_before <= now:
+            if max(not_before, self._quiet_until.get(path, 0.0)) <= now:
                 # Until it fails, no second attempt: the first is under way.
                 self._retry[path] = (float("inf"), self._retry.get(path, (0, 0))[1])
                 return "register", path, identity

@@ -18,6 +18,7 @@ from tests.paths import short_temporary_directory
 from tests.standin.apiserver import ApiServerStandin, CertificateAuthority
 from tests.standin.kubelet import KubeletStandin, KubeletView
 from tests.standin.kubelet_dra import ApiAccess, DriverView
+from tests.standin.kubelet_plugins import RECONCILE_SECONDS
 from token_resource.protocol import dra_health_v1alpha1_pb2 as health_pb
 from token_resource.protocol import dra_v1_pb2 as dra_pb
 from token_resource.protocol import pluginregistration_pb2 as reg_pb
@@ -383,6 +384,26 @@ def test_two_plugins_of_one_driver_calls_go_to_the_newest(
         finally:
             new.stop()
             old.stop()
+
+
+def test_a_plugin_made_again_at_its_path_is_gone_until_the_reconcilers_next_pass(
+    dirs: tuple[Path, Path, Path], kubelet: KubeletStandin
+) -> None:
+    """A killed plugin's successor binds the same socket path (gRPC replaces the file): the
+    old registration goes at once, the new one comes a pass (a second) later, and the driver
+    has no plugin in between, as on a real 1.36 and 1.37 kubelet."""
+    first = FakeDraPlugin(dirs[1], dirs[2])
+    kubelet.wait_for(registered())
+    first.stop(remove_socket=False)
+    made = time.monotonic()
+    second = FakeDraPlugin(dirs[1], dirs[2])
+    try:
+        assert second.wait_status() == (True, "")
+        assert time.monotonic() - made >= RECONCILE_SECONDS
+        view = kubelet.wait_for(registered())
+        assert (driver_of(view).deregistrations, driver_of(view).unregistered) == (1, 1)
+    finally:
+        second.stop()
 
 
 def test_a_132_kubelet_keeps_one_plugin_per_driver_and_drops_it_when_either_leaves(
