@@ -196,9 +196,9 @@ def test_check_shows_a_cluster_pool_its_scope_and_nodes(tmp_path: Path) -> None:
         f"{main}: valid ({main}, {dropin})",
         "device-plugin directory: /var/lib/kubelet/device-plugins",
         f"API server: Node node-1 (from node_name), kubeconfig {kubeconfig} (readable)",
-        "DRA driver token-resource: registration socket "
-        "/var/lib/kubelet/plugins_registry/token-resource-reg.sock, service socket "
-        "/var/lib/kubelet/plugins/token-resource/dra.sock, CDI specs in /var/run/cdi",
+        "DRA driver token-resource: registration socket in "
+        "/var/lib/kubelet/plugins_registry, service socket in "
+        "/var/lib/kubelet/plugins/token-resource, CDI specs in /var/run/cdi",
         "  example.com/floating: DRA, cluster-wide: 3 token(s) for every node as the devices of "
         "pool example.com/floating (driver token-resource), published by the elected publisher;"
         " this node prepares their claims, IDs in $TOKEN_RESOURCE_EXAMPLE_COM_FLOATING through "

@@ -31,10 +31,7 @@ def test_dra_defaults_and_paths() -> None:
     assert config.dra == DraSettings(
         DEFAULT_DRIVER, DEFAULT_PLUGINS_REGISTRY_DIR, DEFAULT_PLUGINS_DIR, DEFAULT_CDI_DIR
     )
-    assert config.dra.service_socket == Path("/var/lib/kubelet/plugins/token-resource/dra.sock")
-    assert config.dra.registration_socket == Path(
-        "/var/lib/kubelet/plugins_registry/token-resource-reg.sock"
-    )
+    assert config.dra.driver_dir == Path("/var/lib/kubelet/plugins/token-resource")
     # DRA talks to the API server; it is no reason to touch the Node's status.
     assert config.uses_api_server
     assert not config.manages_node_status

@@ -4,7 +4,7 @@ wait for and ask of the kubelet and API-server stand-ins (its fixtures: tests/dr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +92,15 @@ def start_driver(
     kubelet: KubeletStandin,
     tmp_path: Path,
     resources: str,
+    env: Mapping[str, str] | None = None,
 ) -> None:
-    """The agent started as the node's driver with ``resources``, once the kubelet has it and
-    its prepare retries have listed the node's pods (apiserver/keeping/nudge.py): before the test's
-    own pods exist, whose claims they would read too."""
+    """The agent started as the node's driver with ``resources`` (and ``env``), once the
+    kubelet has it and its prepare retries have listed the node's pods
+    (apiserver/keeping/nudge.py): before the test's own pods exist, whose claims they would
+    read too."""
     listed = len(pod_lists(apiserver.snapshot()))
     agent.write_config(config(dirs, kubeconfig_of(apiserver, tmp_path), resources))
-    agent.start()
+    agent.start(env=env)
     kubelet.wait_for(registered, timeout=TIMEOUT)
     apiserver.wait_for(lambda view: len(pod_lists(view)) > listed, timeout=TIMEOUT)
 

@@ -34,7 +34,7 @@ from tests.harness import AgentProcess
 from tests.observe.test_metrics import scrape, value
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.cdi import CdiRuntime, UnresolvableDevices
-from tests.standin.kubelet import KubeletStandin
+from tests.standin.kubelet import KubeletStandin, KubeletView
 
 # --- registration and slices ---------------------------------------------------------------
 
@@ -46,7 +46,8 @@ def test_registers_as_a_driver_and_publishes_a_pool_of_its_tokens(
     assert view.dra is not None
     (plugin,) = view.dra.drivers[DRIVER].plugins
     assert plugin.version == "v1.DRAPlugin"
-    assert plugin.endpoint.endswith(f"/{DRIVER}/dra.sock")
+    # The socket of this start: dra-<start>.sock (dra.registration.socket_paths).
+    assert re.search(rf"/{DRIVER}/dra-[0-9a-f]{{8}}\.sock$", plugin.endpoint), plugin.endpoint
     [stored] = apiserver.snapshot().slices_of(NODE, DRIVER)
     assert stored["spec"]["pool"] == {"name": POOL, "generation": 1, "resourceSliceCount": 1}
     assert stored["spec"]["devices"][3] == {
@@ -313,6 +314,42 @@ def test_an_agent_restart_changes_nothing_for_prepared_claims(
     assert len(claim_reads(apiserver)) == reads
     assert (dirs["cdi"] / f"{DRIVER}-{claim[1]}.json").exists()
     assert status_json(serving)["resources"][0]["in_use"] == 1
+
+
+@pytest.mark.parametrize("instance", [None, "2e93a00e-5755-435b-bb81-dfc9caf5593e"])
+def test_a_killed_agent_started_again_is_registered_once_and_never_away(
+    dra_agent: AgentProcess,
+    kubelet: KubeletStandin,
+    apiserver: ApiServerStandin,
+    dirs: dict[str, Path],
+    tmp_path: Path,
+    instance: str | None,
+) -> None:
+    """A crash and its restart (systemd's Restart=, or the container restarted in its pod, the
+    same instance): the new start's sockets are new names, registered beside the dead ones,
+    which the agent removes once the kubelet has it. Made again at the dead ones' paths, the
+    kubelet would drop the driver for its reconciler's pass (kubelet_plugins.py)."""
+    env = {} if instance is None else {"TOKEN_RESOURCE_INSTANCE": instance}
+    start_driver(dra_agent, dirs, apiserver, kubelet, tmp_path, dra_resource(4), env=env)
+    dead = sorted(dirs["reg"].iterdir())
+    assert dra_agent.process is not None
+    dra_agent.process.kill()
+    dra_agent.process.wait()
+    assert all(path.exists() for path in dead)  # a killed agent's sockets stay behind
+    dra_agent.start(env=env)
+
+    def counts(view: KubeletView) -> tuple[int, int, int]:
+        assert view.dra is not None
+        driver = view.dra.drivers[DRIVER]
+        return driver.registrations, driver.deregistrations, driver.unregistered
+
+    # Registered anew, then the dead plugin dropped, and the driver never without a plugin.
+    kubelet.wait_for(lambda view: counts(view)[:2] == (2, 1), timeout=TIMEOUT)
+    assert counts(kubelet.snapshot()) == (2, 1, 0)
+    assert not any(path.exists() for path in dead)
+    assert len(list(dirs["reg"].iterdir())) == 1
+    claim = claim_id(allocate(apiserver, "web-1", "token-1"))
+    assert kubelet.prepare(DRIVER, [claim]).error is None
 
 
 def test_an_agent_started_over_specs_an_earlier_version_wrote_rewrites_them(

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.paths import short_temporary_directory
 from token_resource.config.model import DraSettings
 from token_resource.dra.prepared import LOCK_FILE, STATE_FILE, PreparedClaim, PreparedClaims
-from token_resource.dra.registration import remove_dead_sockets, socket_paths
+from token_resource.dra.registration import remove_dead_sockets, socket_paths, start_id
 
 UID = "7b2d4c6e-1234-4f8a-8c1d-000000000002"
 
@@ -21,23 +21,26 @@ UID = "7b2d4c6e-1234-4f8a-8c1d-000000000002"
 KUBELET = Path("/var/lib/kubelet")
 
 
-def test_an_instance_names_its_sockets_after_itself_and_hashes_what_would_not_fit() -> None:
+def test_each_start_names_its_sockets_after_itself_and_its_instance_hashed_to_fit() -> None:
     settings = DraSettings(driver="tokens.example.com")  # the kubelet's own directories
-    assert socket_paths(settings, None) == (
-        settings.registration_socket,
-        settings.service_socket,
+    registration, service = socket_paths(settings, None, "0a1b2c3d")
+    assert registration == KUBELET / "plugins_registry" / "tokens.example.com-0a1b2c3d-reg.sock"
+    assert service == KUBELET / "plugins" / "tokens.example.com" / "dra-0a1b2c3d.sock"
+    registration, service = socket_paths(settings, UID, "0a1b2c3d")
+    assert registration == (
+        KUBELET / "plugins_registry" / f"tokens.example.com-{UID}-0a1b2c3d-reg.sock"
     )
-    registration, service = socket_paths(settings, UID)
-    assert registration == KUBELET / "plugins_registry" / f"tokens.example.com-{UID}-reg.sock"
-    assert service == KUBELET / "plugins" / "tokens.example.com" / f"dra-{UID}.sock"
+    assert service == KUBELET / "plugins" / "tokens.example.com" / f"dra-{UID}-0a1b2c3d.sock"
     deep = DraSettings(driver="long-driver-name.tokens.example.com")
-    registration, service = socket_paths(deep, UID)
+    registration, service = socket_paths(deep, UID, "0a1b2c3d")
     assert UID not in registration.name
     assert registration.name.startswith(f"{deep.driver}-")
     assert len(os.fsencode(registration)) <= 107
-    assert service == deep.driver_dir / f"dra-{UID}.sock"  # short enough as it is
-    assert socket_paths(deep, UID) == (registration, service)  # the same name every time
-    assert socket_paths(deep, UID + "x")[0] != registration
+    assert service.parent == deep.driver_dir
+    assert len(os.fsencode(service)) <= 107
+    assert socket_paths(deep, UID, "0a1b2c3d") == (registration, service)
+    assert socket_paths(deep, UID, "0a1b2c3e")[0] != registration
+    assert start_id() != start_id()
 
 
 def test_sockets_nobody_serves_are_removed_and_the_others_kept() -> None:

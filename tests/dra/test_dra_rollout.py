@@ -6,6 +6,7 @@ stand-in (the Node says which kubelet it has)."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from tests.standin.kubelet_dra import CallResult
 from token_resource.host.lock import DirectoryLock
 
 INSTANCE = "TOKEN_RESOURCE_INSTANCE"
+START = "[0-9a-f]{8}"  # a start's own part of its sockets' names (dra.registration.start_id)
 OLD_POD, NEW_POD = "5f0c1e9a-old0-4d6b-9a3e-000000000001", "7b2d4c6e-new0-4f8a-8c1d-000000000002"
 
 
@@ -83,6 +85,11 @@ def claims_held(agent: AgentProcess) -> set[str]:
     return {h["claim"] for r in report["resources"] for h in r["holders"] or ()}
 
 
+def registrations(dirs: dict[str, Path]) -> list[str]:
+    """The names of the registration sockets in the kubelet's registry."""
+    return sorted(path.name for path in dirs["reg"].iterdir())
+
+
 def plugins(view: KubeletView) -> list[str]:
     """The endpoints of the driver's connected plugins."""
     assert view.dra is not None
@@ -110,8 +117,8 @@ def test_a_rollout_with_two_instances_has_no_gap_and_the_new_one_takes_over_the_
         kubelet.wait_for(lambda view: len(plugins(view)) == 1, timeout=TIMEOUT)
         apiserver.wait_for(pool_of(4), timeout=TIMEOUT)
         (old_endpoint,) = plugins(kubelet.snapshot())
-        assert old_endpoint.endswith(f"/{DRIVER}/dra-{OLD_POD}.sock")
-        assert (dirs["reg"] / f"{DRIVER}-{OLD_POD}-reg.sock").is_socket()
+        assert re.search(rf"/{DRIVER}/dra-{OLD_POD}-{START}\.sock$", old_endpoint)
+        assert re.fullmatch(rf"{DRIVER}-{OLD_POD}-{START}-reg\.sock", registrations(dirs)[0])
         earlier = claim_id(allocate(apiserver, "web-old", "token-0"))
         assert kubelet.prepare(DRIVER, [earlier]).error is None
 
@@ -133,7 +140,8 @@ def test_a_rollout_with_two_instances_has_no_gap_and_the_new_one_takes_over_the_
         assert view.dra is not None
         driver = view.dra.drivers[DRIVER]
         assert driver.unregistered == 0
-        assert plugins(view) == [str(dirs["plugins"] / DRIVER / f"dra-{NEW_POD}.sock")]
+        (new_endpoint,) = plugins(view)
+        assert re.search(rf"/{DRIVER}/dra-{NEW_POD}-{START}\.sock$", new_endpoint)
         assert {call.endpoint for call in driver.prepares} == {
             old_endpoint,
             plugins(view)[0],
@@ -145,9 +153,8 @@ def test_a_rollout_with_two_instances_has_no_gap_and_the_new_one_takes_over_the_
         assert earlier[2] not in claims_held(new)
         assert not (dirs["cdi"] / f"{DRIVER}-{uid}.json").exists()
         # The old instance took its sockets with it; the slices were never wiped.
-        assert sorted(path.name for path in dirs["reg"].iterdir()) == [
-            f"{DRIVER}-{NEW_POD}-reg.sock"
-        ]
+        (left,) = registrations(dirs)
+        assert re.fullmatch(rf"{DRIVER}-{NEW_POD}-{START}-reg\.sock", left)
         assert driver.wipes == 0
 
 
@@ -189,7 +196,7 @@ def test_an_instance_that_must_be_alone_waits_for_the_other_to_leave(
         old.start(env={INSTANCE: OLD_POD})
         kubelet.wait_for(lambda view: len(plugins(view)) == 1, timeout=TIMEOUT)
         (endpoint,) = plugins(kubelet.snapshot())
-        assert endpoint == str(dirs["plugins"] / DRIVER / "dra.sock")
+        assert re.search(rf"/{DRIVER}/dra-{START}\.sock$", endpoint)
 
         new.write_config(text)
         new.start(env={INSTANCE: NEW_POD}, wait_ready=False)
@@ -206,7 +213,8 @@ def test_an_instance_that_must_be_alone_waits_for_the_other_to_leave(
         assert kubelet.prepare(DRIVER, [claim]).error is None
         # A waiting instance stopped (the rollout undone) leaves at once, touching nothing.
         assert new.stop() == 0
-        assert sorted(p.name for p in dirs["reg"].iterdir()) == [f"{DRIVER}-reg.sock"]
+        (left,) = registrations(dirs)
+        assert re.fullmatch(rf"{DRIVER}-{START}-reg\.sock", left)
         new.start(env={INSTANCE: NEW_POD}, wait_ready=False)
         new.wait_for_log("waiting for the other instance to leave")
         assert old.stop() == 0

@@ -154,9 +154,11 @@ def registered(node: Node, count: int) -> None:
     calls = node.kubelet.wait_for_event("registration", count=2 * count, timeout=TIMEOUT)
     assert [call["call"] for call in calls[-2:]] == ["validate", "register"], calls
     assert all("error" not in call for call in calls), calls
-    endpoint = str(node.dirs["plugins"] / DRIVER / "dra.sock")
-    expected = [{"driver": DRIVER, "endpoint": endpoint, "versions": AGENT_VERSIONS}]
-    assert node.kubelet.call("registered") == expected
+    (held,) = node.kubelet.call("registered")
+    assert (held["driver"], held["versions"]) == (DRIVER, AGENT_VERSIONS)
+    # The service socket of the agent's start: dra-<start>.sock (dra.registration).
+    service = rf"{node.dirs['plugins'] / DRIVER}/dra-[0-9a-f]{{8}}\.sock"
+    assert re.fullmatch(service, held["endpoint"]), held
     chosen = node.kubelet.wait_for_event("plugin-registered", count=count)[-1]
     assert (chosen["driverName"], chosen["chosenService"]) == (DRIVER, "v1.DRAPlugin")
 

@@ -410,9 +410,13 @@ def test_a_dra_driver_serves_from_inside_the_units_sandbox(dra_node: AgentNode) 
     view = node.wait_for_view(driver_registered, f"the kubelet to register {DRA_DRIVER}")
     plugin = view["dra"]["drivers"][DRA_DRIVER]["plugins"][-1]
     assert plugin["version"] == "v1.DRAPlugin", plugin
-    service = f"{KUBELET_DIR}/plugins/{DRA_DRIVER}/dra.sock"
-    assert plugin["endpoint"] == service, plugin
-    for socket in (service, f"{KUBELET_DIR}/plugins_registry/{DRA_DRIVER}-reg.sock"):
+    # The sockets of this start (dra.registration.socket_paths): dra-<start>.sock and
+    # <driver>-<start>-reg.sock.
+    service = plugin["endpoint"]
+    start = re.fullmatch(rf"{KUBELET_DIR}/plugins/{DRA_DRIVER}/dra-([0-9a-f]{{8}})\.sock", service)
+    assert start is not None, plugin
+    registration = f"{KUBELET_DIR}/plugins_registry/{DRA_DRIVER}-{start.group(1)}-reg.sock"
+    for socket in (service, registration):
         assert node.exec(["test", "-S", socket], check=False).returncode == 0, socket
 
     def dra_status() -> dict[str, Any] | None:

@@ -47,8 +47,8 @@ def check(args: argparse.Namespace) -> int:
     if config.advertised_by(DRA).resources:
         dra = config.dra
         print(
-            f"DRA driver {dra.driver}: registration socket {dra.registration_socket}, "
-            f"service socket {dra.service_socket}, CDI specs in {dra.cdi_dir}"
+            f"DRA driver {dra.driver}: registration socket in {dra.plugins_registry_dir}, "
+            f"service socket in {dra.driver_dir}, CDI specs in {dra.cdi_dir}"
         )
     if config.agent.pod_resources_socket != DEFAULT_POD_RESOURCES_SOCKET:
         print(f"PodResources socket (who holds the tokens): {config.agent.pod_resources_socket}")

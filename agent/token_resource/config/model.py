@@ -179,16 +179,6 @@ class DraSettings:
     def driver_dir(self) -> Path:
         return self.plugins_dir / self.driver
 
-    @property
-    def service_socket(self) -> Path:
-        """The DRA service socket, the endpoint the registration names."""
-        return self.driver_dir / "dra.sock"
-
-    @property
-    def registration_socket(self) -> Path:
-        """Where the kubelet's plugin watcher finds the driver."""
-        return self.plugins_registry_dir / f"{self.driver}-reg.sock"
-
 
 @dataclass(frozen=True)
 class MetricsSettings:

@@ -2,7 +2,7 @@
 
 Started when the configuration first has a DRA resource, or at start while claims prepared
 before are on record (their pods' unprepare needs it), and kept until the agent stops: the
-DRA service socket (``<plugins_dir>/<driver>/dra.sock``) serves NodePrepareResources, the
+DRA service socket (``<plugins_dir>/<driver>/dra-<id>.sock``) serves NodePrepareResources, the
 registration socket tells the kubelet where it is, and the publisher keeps one pool per
 node-scoped DRA resource in ResourceSlices. A cluster-scoped resource's pool (one for the whole
 cluster) is published by the elected publisher, never here: the node only prepares the claims
@@ -36,6 +36,7 @@ from token_resource.dra.registration import (
     newer_instance,
     remove_dead_sockets,
     socket_paths,
+    start_id,
 )
 from token_resource.dra.service import DraService
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
@@ -73,7 +74,7 @@ class DraDriver:
         self._on_change = on_change
         self._resources: Mapping[str, ResourceSpec] = {}
         self._prepared = PreparedClaims(settings.driver_dir)
-        registration_socket, self._service_socket = socket_paths(settings, instance)
+        registration_socket, self._service_socket = socket_paths(settings, instance, start_id())
         self._publisher = SlicePublisher(
             kubernetes,
             settings.driver,
@@ -125,8 +126,8 @@ class DraDriver:
         return driver
 
     async def start(self) -> None:
-        """Serve the DRA service, then register it with the kubelet."""
-        remove_dead_sockets(self._settings)
+        """Serve the DRA service, then register it with the kubelet. The sockets an earlier
+        start left behind go once the kubelet has these (``_registered``)."""
         self._prepared.load()
         if self._prepared:
             log.info("DRA: %d claim(s) prepared by an earlier run", len(self._prepared))
@@ -170,8 +171,10 @@ class DraDriver:
         self._health.set_health(health)
 
     def _registered(self) -> None:
-        """The kubelet has the driver now: ask it for the prepares it could not make before
-        (apiserver.keeping.nudge), once per registration."""
+        """The kubelet has the driver now: the sockets of earlier starts may go (the kubelet
+        drops their plugins and keeps this one), and it is asked for the prepares it could not
+        make before (apiserver.keeping.nudge), once per registration."""
+        remove_dead_sockets(self._settings)
         if self._nudging is None or self._nudging.done():
             self._nudging = asyncio.ensure_future(self._nudge_waiting_pods())
 

@@ -1,15 +1,21 @@
 """The driver's registration with the kubelet's plugin watcher.
 
-A socket in the kubelet's ``plugins_registry`` directory (``<driver>-reg.sock``) serves
+A socket in the kubelet's ``plugins_registry`` directory (``<driver>-<id>-reg.sock``) serves
 ``pluginregistration.Registration``: the kubelet finds it there (inotify), asks GetInfo (a DRA
 plugin, the driver's name, the service socket, both service versions) and answers with
 NotifyRegistrationStatus. A kubelet that starts (or restarts) does this again for every socket
 there, which also tells the agent that the kubelet may have wiped the node's slices. Removing
 the socket deregisters the driver.
 
-An agent that may run beside another instance of itself (a DaemonSet rolling with maxSurge, on
-a 1.33+ kubelet, which keeps several plugins per driver and calls the newest connected one)
-names both sockets after its instance, so that neither removes the other's.
+Each start of the agent makes sockets of new names (``<id>`` a start's own, after the instance
+where it has one), and removes those of earlier starts that nobody serves only once the
+kubelet has registered the new ones. A kubelet keeps a plugin per registration socket (1.33
+on) and calls the newest connected one, so the driver stays registered throughout. A socket
+made again at the path of a dead one would instead be deregistered by the kubelet's reconciler,
+and registered again only at its next pass, a second later (its operations are keyed by the
+path): a prepare in that second fails. An agent that may run beside another instance of itself
+(a DaemonSet rolling with maxSurge) names both sockets after its instance, so that neither
+removes the other's.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,17 +45,21 @@ _STOP_GRACE_SECONDS = 1.0
 _MAX_SOCKET_PATH = 107
 
 
-def socket_paths(settings: DraSettings, instance: str | None) -> tuple[Path, Path]:
-    """(registration socket, service socket): the fixed names of a driver that runs alone, or
-    an instance's own, as the Kubernetes plugin helper names them (``<driver>-<instance>-
-    reg.sock``, ``dra-<instance>.sock``), with the instance hashed where a path would not fit."""
-    if instance is None:
-        return settings.registration_socket, settings.service_socket
+def start_id() -> str:
+    """A start's own part of its sockets' names."""
+    return secrets.token_hex(4)
+
+
+def socket_paths(settings: DraSettings, instance: str | None, start: str) -> tuple[Path, Path]:
+    """(registration socket, service socket) of one start, named as the Kubernetes plugin
+    helper names an instance's (``<driver>-<id>-reg.sock``, ``dra-<id>.sock``), the ID being
+    ``<instance>-<start>`` or ``<start>``, hashed where a path would not fit."""
+    name = start if instance is None else f"{instance}-{start}"
 
     def named(directory: Path, template: str) -> Path:
-        path = directory / template.format(instance)
+        path = directory / template.format(name)
         if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
-            path = directory / template.format(hashlib.sha256(instance.encode()).hexdigest()[:16])
+            path = directory / template.format(hashlib.sha256(name.encode()).hexdigest()[:16])
         return path
 
     return (
@@ -58,7 +69,8 @@ def socket_paths(settings: DraSettings, instance: str | None) -> tuple[Path, Pat
 
 
 def _registrations(settings: DraSettings) -> list[Path]:
-    """The registration sockets of the driver's instances, each one's name or the fixed one."""
+    """The registration sockets of the driver's starts and instances (and the fixed name an
+    older version used)."""
     registry = settings.plugins_registry_dir
     return [
         *registry.glob(f"{settings.driver}-reg.sock"),
@@ -67,8 +79,8 @@ def _registrations(settings: DraSettings) -> list[Path]:
 
 
 def remove_dead_sockets(settings: DraSettings) -> list[Path]:
-    """Remove the driver's sockets, of any instance, that nobody listens on any more (an agent
-    killed before it could remove them): the kubelet would keep a plugin for each."""
+    """Remove the driver's sockets, of any start or instance, that nobody listens on any more
+    (an agent killed before it could remove them): the kubelet would keep a plugin for each."""
     candidates = [
         *_registrations(settings),
         *settings.driver_dir.glob("dra.sock"),
