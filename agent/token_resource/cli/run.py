@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
 
+from token_resource import __version__
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, complain, load_servable
 from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_config
@@ -13,6 +15,8 @@ from token_resource.config.model import PUBLISHER_ROLE
 from token_resource.host import logs
 from token_resource.host.control import ControlError, default_control_socket
 from token_resource.host.memory import limit_malloc_arenas
+
+log = logging.getLogger(__name__)
 
 # The libraries `run` needs beyond the standard library: the module, the distribution package
 # that provides it (the same name on Debian and on Fedora/RHEL) and its name on PyPI.
@@ -98,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     control_socket = args.control_socket or default_control_socket()
 
     notifier = SystemdNotifier()
+    # Which version runs, in the journal of every start: an upgrade's restart says so.
+    log.info("token-resource %s starting, role %s", __version__, args.role)
 
     role = PublisherAgent if args.role == PUBLISHER_ROLE else Agent
 
