@@ -143,3 +143,32 @@ def test_without_the_permission_the_pod_waits_for_the_resync(
         assert "annotations" not in apiserver.snapshot().pods[WAITING]["metadata"]
     finally:
         kubelet.stop()
+
+
+def test_a_pod_whose_claim_the_agent_prepared_before_the_reboot_is_prepared_at_once_too(
+    dirs: dict[str, Path], apiserver: ApiServerStandin, dra_agent: AgentProcess, tmp_path: Path
+) -> None:
+    """The agent's record says the claim is prepared (it was, before the reboot), but the
+    kubelet prepares every claim again after a reboot, and its pod runs no container: it is
+    asked for too (a real 1.37 kubelet left such pods to its resync:
+    tests/node/test_daemonset.py)."""
+    allocated_pods(apiserver)
+    kubelet, _ = rebooted_node(dirs, apiserver, dra_agent, tmp_path, may_patch_pods=True)
+    try:
+        kubelet.wait_for(prepared, TIMEOUT)
+    finally:
+        kubelet.stop()
+    assert dra_agent.process is not None
+    dra_agent.process.kill()  # the power cut; its record of the claim stays on disk
+    dra_agent.process.wait()
+    kubelet, _ = rebooted_node(dirs, apiserver, dra_agent, tmp_path, may_patch_pods=True)
+    try:
+        view = kubelet.wait_for(prepared, TIMEOUT)
+        assert view.dra is not None
+        registered_at = view.dra.drivers[DRIVER].registered_at
+        prepared_at = view.pod_syncs[WAITING].prepared_at
+        assert registered_at is not None
+        assert prepared_at is not None
+        assert prepared_at - registered_at < 2.0
+    finally:
+        kubelet.stop()

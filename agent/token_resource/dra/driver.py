@@ -24,7 +24,13 @@ import grpc.aio
 
 from token_resource.apiserver.connection.credentials import node_name
 from token_resource.apiserver.keeping.node_slices import PoolWanted, PublisherState, SlicePublisher
-from token_resource.apiserver.keeping.nudge import describe, nudge_waiting_pods
+from token_resource.apiserver.keeping.nudge import (
+    RECHECK_SECONDS,
+    Nudged,
+    WaitingPod,
+    describe,
+    nudge_waiting_pods,
+)
 from token_resource.apiserver.objects.claims import Claim, ClaimClient
 from token_resource.apiserver.objects.slices import cluster_pool_name, pool_name
 from token_resource.config.model import DraSettings, KubernetesSettings, ResourceSpec
@@ -179,13 +185,25 @@ class DraDriver:
             self._nudging = asyncio.ensure_future(self._nudge_waiting_pods())
 
     async def _nudge_waiting_pods(self) -> None:
-        nudged = await asyncio.to_thread(
-            nudge_waiting_pods,
-            self._kubernetes,
-            node_name(self._kubernetes),
-            self._settings.driver,
-            frozenset(self._prepared),
-        )
+        """Once now, and once more after nudge.RECHECK_SECONDS for pods whose status still
+        said they ran (a status older than the kubelet's restart)."""
+        done: frozenset[WaitingPod] = frozenset()
+        for wait in (0.0, RECHECK_SECONDS):
+            await asyncio.sleep(wait)
+            nudged = await asyncio.to_thread(
+                nudge_waiting_pods,
+                self._kubernetes,
+                node_name(self._kubernetes),
+                self._settings.driver,
+                frozenset(self._prepared),
+                done,
+            )
+            self._report_nudged(nudged)
+            if nudged.problem is not None:
+                return
+            done |= frozenset(nudged.pods)
+
+    def _report_nudged(self, nudged: Nudged) -> None:
         if nudged.pods:
             log.info(
                 "asked the kubelet to prepare %d pod(s) it could not while the driver was away: %s",

@@ -10,7 +10,12 @@ selector ``spec.nodeName``, the one list the Node authorizer allows a node, and 
 account's RBAC cannot narrow to a node, so it is always given), then each of their claims by
 name. The pods whose claims the driver's devices were allocated to (node pools and cluster
 pools alike), not prepared by it, get one annotation changed (``<driver>/prepare-retry``, the
-time). What it reads grows with its own node's pods, never with the cluster. The DaemonSet's
+time). A claim the driver prepared before counts too when its pod runs no container: after
+a reboot the kubelet prepares every claim again, and a real 1.37 kubelet, which may sync such
+a pod when the driver's health stream reports its devices, did not always (the pods waited for
+its resync: tests/node/test_daemonset.py). A pod's status may still say Running then, as
+before the reboot, until the kubelet's first sync: the pods are read again RECHECK_SECONDS
+later, once. What it reads grows with its own node's pods, never with the cluster. The DaemonSet's
 ServiceAccount may patch pods, and its admission policy lets it change only that annotation,
 only on pods of its own node; a node's own credentials (the host's service, whose driver
 registers before the kubelet starts) may read the same but patch no pod, and then nothing
@@ -42,6 +47,8 @@ FINISHED = ("Succeeded", "Failed")
 LOGGED_PODS = 5
 # A node's reboot nudges all its token pods at once: at most this many patches a second.
 PATCHES_PER_SECOND = 50
+# When the pods are read again, for those whose status still said they ran.
+RECHECK_SECONDS = 5.0
 
 
 @dataclass(frozen=True, order=True)
@@ -68,13 +75,28 @@ def claim_names(pod: Mapping[str, Any]) -> list[str]:
     return [name for name in names if isinstance(name, str) and name]
 
 
+def runs(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's status says every container of it runs."""
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    return (
+        status.get("phase") == "Running"
+        and bool(containers)
+        and all(isinstance(c, dict) and "running" in (c.get("state") or {}) for c in containers)
+    )
+
+
 def waits_for(
-    claim: Mapping[str, Any], pod_uid: str, driver: str, prepared: Collection[str]
+    claim: Mapping[str, Any],
+    pod_uid: str,
+    driver: str,
+    prepared: Collection[str],
+    pod_runs: bool = False,
 ) -> bool:
-    """Whether ``claim`` holds devices of ``driver``, is reserved for the pod and is not among
-    ``prepared`` (claim UIDs)."""
+    """Whether ``claim`` holds devices of ``driver``, is reserved for the pod, and is not among
+    ``prepared`` (claim UIDs) or is but the pod runs no container (``pod_runs``)."""
     metadata, status = claim.get("metadata") or {}, claim.get("status") or {}
-    if metadata.get("uid") in prepared:
+    if metadata.get("uid") in prepared and pod_runs:
         return False
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
     return any(
@@ -106,7 +128,7 @@ def waiting_pods(
                 if error.status != NOT_FOUND:
                     raise
                 continue  # not made yet, or gone with its pod
-            if waits_for(claim, str(metadata.get("uid")), driver, prepared):
+            if waits_for(claim, str(metadata.get("uid")), driver, prepared, runs(pod)):
                 waiting.append(WaitingPod(namespace, str(metadata.get("name"))))
                 break
     return sorted(waiting)
@@ -121,13 +143,19 @@ class Nudged:
 
 
 def nudge_waiting_pods(
-    settings: KubernetesSettings, node: str, driver: str, prepared: Collection[str]
+    settings: KubernetesSettings,
+    node: str,
+    driver: str,
+    prepared: Collection[str],
+    done: Collection[WaitingPod] = (),
 ) -> Nudged:
-    """Change the annotation of every pod on ``node`` waiting for a prepare of ``driver``.
-    Blocking, for a worker thread."""
+    """Change the annotation of every pod on ``node`` waiting for a prepare of ``driver``, but
+    those ``done`` already. Blocking, for a worker thread."""
     try:
         with ApiClient(load_credentials(settings)) as client:
-            waiting = waiting_pods(client, node, driver, prepared)
+            waiting = [
+                pod for pod in waiting_pods(client, node, driver, prepared) if pod not in done
+            ]
             now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             done = []
             for number, pod in enumerate(waiting):
