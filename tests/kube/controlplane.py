@@ -66,11 +66,21 @@ def free_port() -> int:
 class ControlPlane(ClientConfigMixin):
     """etcd, kube-apiserver, kube-scheduler and kube-controller-manager, started by ``with``."""
 
-    def __init__(self, directory: Path | None = None, audit_policy: str = AUDIT_POLICY) -> None:
+    def __init__(
+        self,
+        directory: Path | None = None,
+        audit_policy: str = AUDIT_POLICY,
+        server_names: tuple[str, ...] = (),
+        controllers: str = CONTROLLERS,
+    ) -> None:
         """``audit_policy``: the API server's audit policy (default: every request's
-        metadata)."""
+        metadata); ``server_names``: more names and addresses its serving certificate holds
+        (the ``kubernetes`` Service's address, for pods of a real node); ``controllers``: the
+        controller manager's (a real kubelet's node wants node-lifecycle's)."""
         self._own_directory = directory is None
         self._audit_policy = audit_policy
+        self._server_names = server_names
+        self._controllers = controllers
         self.directory = Path(directory or tempfile.mkdtemp(prefix="kube-cp-"))
         self.ca = CertificateAuthority("token-resource-kube-test-ca")
         self.host = HOST
@@ -190,9 +200,17 @@ class ControlPlane(ClientConfigMixin):
     def _apiserver_flags(self, etcd_url: str) -> list[str]:
         d = self.directory
         (d / "audit-policy.yaml").write_text(self._audit_policy)
-        self.server_certificate = self.ca.server_certificate((HOST, "localhost"))
+        self.server_certificate = self.ca.server_certificate(
+            (HOST, "localhost", *self._server_names)
+        )
         self.server_certificate.write(d / "apiserver.crt", d / "apiserver.key")
         (d / "ca.crt").write_bytes(self.ca.cert_pem)
+        # What it shows a kubelet (logs, exec, port-forward): a client the kubelet's webhook
+        # authorization allows.
+        kubelet_client = self.ca.client_certificate(
+            "kube-apiserver-kubelet-client", ("system:masters",)
+        )
+        kubelet_client.write(d / "kubelet-client.crt", d / "kubelet-client.key")
         # The service-account signing key; the API server verifies with the public half (it
         # reads no PKCS#8 private key as a public one).
         key = ec.generate_private_key(ec.SECP256R1())
@@ -218,6 +236,10 @@ class ControlPlane(ClientConfigMixin):
             f"--tls-cert-file={d / 'apiserver.crt'}",
             f"--tls-private-key-file={d / 'apiserver.key'}",
             f"--client-ca-file={d / 'ca.crt'}",
+            f"--kubelet-certificate-authority={d / 'ca.crt'}",
+            f"--kubelet-client-certificate={d / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={d / 'kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
             f"--service-account-issuer={ISSUER}",
@@ -251,7 +273,7 @@ class ControlPlane(ClientConfigMixin):
             return common
         return [
             *common,
-            f"--controllers={CONTROLLERS}",
+            f"--controllers={self._controllers}",
             f"--service-account-private-key-file={self.directory / 'sa.key'}",
             f"--root-ca-file={self.directory / 'ca.crt'}",
             # Each controller under its own service account with its bootstrap role (as kubeadm
@@ -314,7 +336,7 @@ class ControlPlane(ClientConfigMixin):
         token: str = answer["status"]["token"]
         return token
 
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60.0) -> str:
         """The release's real kubectl (tests/kube/go/v1.37/kubectl) as the admin; fails on an
         error."""
         kubeconfig = self.directory / "admin.kubeconfig"
@@ -325,7 +347,7 @@ class ControlPlane(ClientConfigMixin):
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=timeout,
             check=False,
         )
         if done.returncode != 0:
