@@ -10,7 +10,6 @@ serves, and a ConfigMap-shaped directory updated by the kubelet's ..data swap.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -24,22 +23,15 @@ import pytest
 import yaml
 
 from tests.config.configmap import ConfigMapVolume
+from tests.oci_script import oci_module
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.system import harness
-from tests.system.conftest import REPO, base_image, project_version
+from tests.system.conftest import REPO, base_image
+from tests.system.harness import project_version
 
 CONTAINERFILE = REPO / "packaging/image/Containerfile"
 MAX_UNCOMPRESSED_MB = 150
 RUNC_TIMEOUT = 60.0
-
-
-def _oci_module() -> Any:
-    spec = importlib.util.spec_from_file_location("oci", REPO / "packaging/image/oci.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
@@ -87,7 +79,7 @@ def test_the_image_is_small_built_from_debian_packages_and_in_step_with_the_cont
 ) -> None:
     config, rootfs = unpacked
     # The Containerfile is the one source of the image's settings.
-    expected = _oci_module().containerfile_settings(CONTAINERFILE.read_text())
+    expected = oci_module().containerfile_settings(CONTAINERFILE.read_text())
     expected["Labels"]["org.opencontainers.image.version"] = project_version()
     assert config["config"] == expected
     assert config["config"]["Entrypoint"] == ["token-resource", "run"]
