@@ -20,7 +20,6 @@ Environment:
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import yaml
 from tests.system import harness
 from tests.system.node import AgentNode
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = harness.REPO
 HERE = Path(__file__).resolve().parent
 # The kubelet stand-in and what it imports from tests/, copied into /srv/test/ with their paths
 # (the containers run `python3 -m tests.standin.kubelet_script` with /srv/test on PYTHONPATH).
@@ -175,47 +174,21 @@ def rootfs(suite: str, unpacked_rootfs: Callable[[str], Path]) -> Path:
     pytest.fail(problem, pytrace=False)
 
 
-def project_version() -> str:
-    pyproject = (REPO / "pyproject.toml").read_text()
-    match = re.search(r'^\[project\][^[]*?^version\s*=\s*"([^"]+)"', pyproject, re.M | re.S)
-    assert match, "no [project].version in pyproject.toml"
-    return match.group(1)
-
-
-def _build_deb(version: str, into: Path) -> Path:
-    harness.run(
-        [
-            "make",
-            "-s",
-            "-C",
-            str(REPO),
-            "-f",
-            "packaging/deb.mk",
-            "deb",
-            f"DEB_VERSION={version}",
-            "DEB_LINT=no",
-            f"DEB_DIST={into}",
-        ],
-        timeout=600,
-    )
-    return into / f"token-resource_{version}_all.deb"
-
-
 @pytest.fixture(scope="session")
 def artifacts(session_dir: Path) -> Path:
     """A directory bound read-only into every container at /srv/test."""
     directory = session_dir / "artifacts"
     directory.mkdir()
-    version = project_version()
+    version = harness.project_version()
     deb = os.environ.get("TOKEN_RESOURCE_DEB")
     upgrade = os.environ.get("TOKEN_RESOURCE_UPGRADE_DEB")
     problem = None
     try:
-        current = Path(deb) if deb else _build_deb(version, session_dir / "deb-current")
+        current = Path(deb) if deb else harness.build_deb(version, session_dir / "deb-current")
         newer = (
             Path(upgrade)
             if upgrade
-            else _build_deb(f"{version}+systest1", session_dir / "deb-upgrade")
+            else harness.build_deb(f"{version}+systest1", session_dir / "deb-upgrade")
         )
     except harness.HarnessError as error:
         problem = f"cannot build the .deb under test: {error}"
@@ -271,7 +244,8 @@ def bundled_deb(session_dir: Path) -> Path:
     given = os.environ.get("TOKEN_RESOURCE_BUNDLED_DEB")
     problem = ""
     try:
-        deb = Path(given) if given else build_bundled_deb(project_version(), session_dir / "bdeb")
+        version = harness.project_version()
+        deb = Path(given) if given else build_bundled_deb(version, session_dir / "bdeb")
     except harness.HarnessError as error:
         problem = f"cannot build the bundled .deb: {error}"
     if problem:
@@ -297,7 +271,7 @@ def image(host: None, session_dir: Path) -> Path:
         )  # fmt: skip
     except harness.HarnessError as error:
         pytest.fail(f"make image failed: {error}", pytrace=False)
-    return into / f"token-resource-{project_version()}.oci.tar"
+    return into / f"token-resource-{harness.project_version()}.oci.tar"
 
 
 def base_image() -> str:

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 # The Debian releases a node can run: Debian 12 (systemd 252, Python 3.11) and Debian 13
 # (systemd 257, Python 3.13). Every system test runs on DEFAULT_SUITE; the ones marked
 # @pytest.mark.suites(...) run on each suite they name (tests/system/conftest.py).
@@ -491,3 +492,30 @@ def build_rootfs_tarballs() -> list[Path]:
 if __name__ == "__main__":
     for built in build_rootfs_tarballs():
         print(built)
+
+
+def project_version() -> str:
+    pyproject = (REPO / "pyproject.toml").read_text()
+    match = re.search(r'^\[project\][^[]*?^version\s*=\s*"([^"]+)"', pyproject, re.M | re.S)
+    assert match, "no [project].version in pyproject.toml"
+    return match.group(1)
+
+
+def build_deb(version: str, into: Path) -> Path:
+    """`make deb` of this tree as ``version`` (no lintian), into ``into``."""
+    run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(REPO),
+            "-f",
+            "packaging/deb.mk",
+            "deb",
+            f"DEB_VERSION={version}",
+            "DEB_LINT=no",
+            f"DEB_DIST={into}",
+        ],
+        timeout=600,
+    )
+    return into / f"token-resource_{version}_all.deb"

@@ -36,9 +36,9 @@ from tests.system.conftest import (
     BUNDLED_PRIVATE,
     build_bundled_deb,
     copy_standin,
-    project_version,
     started,
 )
+from tests.system.harness import project_version
 from tests.system.node import (
     CONFIG,
     PLUGIN_DIR,
