@@ -225,10 +225,36 @@ def check_prepare_retries(
     for item in control_plane.admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
         annotations = item["metadata"].get("annotations", {})
         assert (f"{driver}/prepare-retry" in annotations) == (item["metadata"]["name"] in names)
-    # A claim the agent prepared already is none of its business.
+    # A claim the agent prepared already is none of its business while its pod runs; with no
+    # kubelet here, nothing runs until its status says so, as a kubelet's would.
     claims = control_plane.admin.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims")
-    uid = claims["items"][0]["metadata"]["uid"]
-    assert len(nudge_waiting_pods(settings, node, driver, (uid,)).pods) == 1
+    claim = claims["items"][0]
+    uid = claim["metadata"]["uid"]
+    assert len(nudge_waiting_pods(settings, node, driver, (uid,)).pods) == len(names)
+    pod = claim["status"]["reservedFor"][0]["name"]
+    running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    control_plane.admin.ok(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
+        {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "image": "token-resource:test",
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": running,
+                    }
+                ],
+            }
+        },
+        content_type="application/merge-patch+json",
+    )
+    left = nudge_waiting_pods(settings, node, driver, (uid,)).pods
+    assert left == tuple(WaitingPod(namespace, name) for name in names if name != pod), left
 
 
 def unschedulable(pod: dict[str, Any]) -> dict[str, Any] | None:
