@@ -90,7 +90,8 @@ quick:
 # the system tests, which mostly wait; tests/kube once its programs are built.
 test:
 	$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target \
-		kube-programs system-rootfs lint proto-check unit kube-test system-test
+		kube-programs node-containerd system-rootfs lint proto-check unit kube-test system-test \
+		node-test
 
 # protoc (3.21, from grpcio-tools 1.51) writes the typing stubs of the protocol module and its
 # description of each .proto, which tests/protocol/test_protocol.py compares the modules' own
@@ -138,3 +139,4 @@ clean:
 -include packaging/*.mk packaging/ansible/ansible.mk
 -include bench/*.mk
 -include tests/kube/kube.mk
+-include tests/node/node.mk

@@ -69,5 +69,18 @@ deb:
 system-rootfs: $(NEWEST)/.installed
 	$(SYSTEM_TEST_PYTHON) -m tests.system.harness
 
-system-test: deb system-rootfs $(NEWEST)/.installed $(VENV_DIR)/ansible/.installed
-	$(call run_pytest,$(SYSTEM_TEST_PYTHON),TOKEN_RESOURCE_DEB=$(CURDIR)/$(DEB_FILE),-p no:cacheprovider tests/system $(SYSTEM_TEST_ARGS))
+# The package the upgrade tests install over this one: the same tree, a newer version (the system
+# tests' booted containers and tests/node's host agent both take it).
+UPGRADE_DEB_VERSION := $(PYPROJECT_VERSION)+upgrade1
+UPGRADE_DEB_FILE := $(DEB_DIST)/token-resource_$(UPGRADE_DEB_VERSION)_all.deb
+.PHONY: upgrade-deb
+upgrade-deb:
+	$(MAKE) --no-print-directory -f packaging/deb.mk deb DEB_VERSION=$(UPGRADE_DEB_VERSION) DEB_LINT=no
+
+# The packages and the image under test, built once for both the system tests and tests/node.
+PACKAGES_UNDER_TEST = TOKEN_RESOURCE_DEB=$(CURDIR)/$(DEB_FILE) \
+	TOKEN_RESOURCE_UPGRADE_DEB=$(CURDIR)/$(UPGRADE_DEB_FILE) \
+	TOKEN_RESOURCE_IMAGE=$(CURDIR)/$(IMAGE_FILE)
+
+system-test: deb upgrade-deb image system-rootfs $(NEWEST)/.installed $(VENV_DIR)/ansible/.installed
+	$(call run_pytest,$(SYSTEM_TEST_PYTHON),$(PACKAGES_UNDER_TEST),-p no:cacheprovider tests/system $(SYSTEM_TEST_ARGS))
