@@ -2,7 +2,9 @@
 # proxy: for each release a Go module of ours (tests/kube/go/v<release>) that imports
 # k8s.io/kubernetes as a library. Included from the Makefile.
 #
-#   make kube-programs   -> $(KUBE_BIN)/v<release>/<program>, once: Go's module and build
+#   make kube-programs   -> $(KUBE_BIN)/v<release>/<program>, and the release's kubelet for
+#                           tests/node (one go build: the kubelet shares most of its packages
+#                           with the programs), once: Go's module and build
 #                           caches make a second run a few seconds of checking. Each
 #                           program says the k8s.io/kubernetes version it was built from
 #                           (`kubectl version`, the API server's /version).
@@ -33,7 +35,7 @@ kube-programs:
 		 version=$$(go list -m -f '{{.Version}}' k8s.io/kubernetes) && \
 		 go build -trimpath -buildvcs=false \
 			-ldflags "-X k8s.io/component-base/version.gitVersion=$$version" \
-			-o $(KUBE_BIN)/v$$release/ ./...) || exit 1; \
+			-o $(KUBE_BIN)/v$$release/ ./... k8s.io/kubernetes/cmd/kubelet) || exit 1; \
 	done
 	echo "kube-programs: helm"
 	cd tests/kube/go/helm && \

@@ -5,8 +5,8 @@
 #
 #   make node-containerd -> $(NODE_BIN)/{containerd,ctr,containerd-shim-runc-v2} and
 #                           $(NODE_BIN)/images/*.oci.tar (tests/node/images.py)
-#   make node-programs   -> the above, and $(KUBE_BIN)/v<release>/kubelet; Go's caches make a
-#                           second run a few seconds of checking
+#   make node-programs   -> the above, and $(KUBE_BIN)/v<release>/kubelet (built by
+#                           kube-programs); Go's caches make a second run a few seconds of checking
 #   make node-test       -> tests/node (root; one node on the machine at a time), with the
 #                           agent's image and packages as make image and make deb build them
 #
@@ -35,17 +35,8 @@ node-containerd: $(NEWEST)/.installed
 		-ldflags "$$stamp" -o $(NODE_BIN)/ $(CONTAINERD_MODULE)/cmd/containerd-shim-runc-v2
 	$(NEWEST)/bin/python -m tests.node.images $(NODE_BIN)/images
 
-# The kubelets after kube-programs: they share most of their packages with the release's
-# programs, which Go's build cache then holds.
+# The kubelets are kube-programs' (one go build with each release's programs).
 node-programs: kube-programs node-containerd
-	for release in $(KUBE_RELEASES); do \
-		echo "node-programs: the kubelet of Kubernetes $$release"; \
-		(cd tests/kube/go/v$$release && \
-		 version=$$(go list -m -f '{{.Version}}' k8s.io/kubernetes) && \
-		 go build -trimpath -buildvcs=false \
-			-ldflags "-X k8s.io/component-base/version.gitVersion=$$version" \
-			-o $(KUBE_BIN)/v$$release/kubelet k8s.io/kubernetes/cmd/kubelet) || exit 1; \
-	done
 
 node-test: node-programs deb upgrade-deb image $(NEWEST)/.installed
 	$(call run_pytest,$(NEWEST)/bin/python,TOKEN_RESOURCE_KUBE_BIN=$(KUBE_BIN) $(PACKAGES_UNDER_TEST),-p no:cacheprovider tests/node $(NODE_TEST_ARGS))
