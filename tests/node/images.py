@@ -15,6 +15,7 @@ An archive already there is kept: `make node-programs` runs this every time.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tarfile
@@ -63,9 +64,11 @@ def run(command: list[str], cwd: Path | None = None) -> str:
 
 
 def pause_root(scratch: Path) -> dict[str, Path]:
-    module = Path(run(["go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes"], RELEASE_MODULE))
+    # Downloaded here if need be: on a cold module cache this runs before kube-programs has
+    # fetched the module (go list -m would name a directory that is not there yet).
+    found = json.loads(run(["go", "mod", "download", "-json", "k8s.io/kubernetes"], RELEASE_MODULE))
+    module, version = Path(found["Dir"]), found["Version"]
     binary = scratch / "pause"
-    version = run(["go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes"], RELEASE_MODULE)
     run(
         [
             "gcc",
