@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # xdist_group on one worker (each group says why).
 UNIT_WORKERS ?= 4
 UNIT_ARGS = -n $(UNIT_WORKERS) --dist loadgroup -p no:cacheprovider \
-	--ignore=tests/system --ignore=tests/kube $(PYTEST_ARGS)
+	--ignore=tests/system --ignore=tests/kube --ignore=tests/node $(PYTEST_ARGS)
 UNIT_VENVS := oldest newest rhel9
 # How many of make test's stages run at once (below).
 TEST_JOBS ?= 4

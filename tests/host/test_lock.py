@@ -12,6 +12,7 @@ import pytest
 
 from tests.harness import TWO_RESOURCES, AgentProcess
 from tests.standin.kubelet import CHECKPOINT, KubeletStandin, KubeletView, clean_directory
+from token_resource import __version__
 from token_resource.host import lock
 from token_resource.host.lock import DirectoryLock, LockError, lock_holder
 
@@ -173,9 +174,12 @@ def test_a_second_agent_is_refused_after_kubelet_restarts_and_touches_nothing(
             second.start(wait_ready=False)
             assert second.process is not None
             assert second.process.wait(TIMEOUT) == 1, second.log()
-            assert second.log() == (
+            # The version it would have run, then the refusal: nothing else.
+            starting, refusal = second.log().splitlines()
+            assert starting.endswith(f"token-resource {__version__} starting, role node")
+            assert refusal == (
                 f"token-resource: another token-resource agent (pid {agent.process.pid}) "
-                f"is already serving {directory}\n"
+                f"is already serving {directory}"
             )
             assert not second.control_socket.exists()
             assert "READY=1" not in second.notify.assignments()
