@@ -98,18 +98,23 @@ def a_rollout_disturbs_nothing(
     return running
 
 
-def plugin_operation_lines(node: RealNode, since: int) -> list[str]:
+def plugin_operation_lines(node: RealNode, since: int, instance: str) -> list[str]:
     """The kubelet's log lines after character ``since`` that start a Register or Unregister
-    of one of the driver's sockets, in order."""
+    of one of the driver's sockets of ``instance`` (the agent pod's UID, in its sockets' names:
+    an older pod of the rollout before may still be leaving), in order."""
     text = node.kubelet.log_text()[since:]
-    return [line for line in text.splitlines() if DRIVER in line and OPERATION.search(line)]
+    return [
+        line
+        for line in text.splitlines()
+        if f"{DRIVER}-{instance}-" in line and OPERATION.search(line)
+    ]
 
 
-def plugin_operations(node: RealNode, since: int) -> list[str]:
-    """Register or Unregister, in order, for the driver's sockets."""
+def plugin_operations(node: RealNode, since: int, instance: str) -> list[str]:
+    """Register or Unregister, in order, for the instance's sockets."""
     return [
         match.group(1)
-        for line in plugin_operation_lines(node, since)
+        for line in plugin_operation_lines(node, since, instance)
         if (match := OPERATION.search(line))
     ]
 
@@ -128,10 +133,12 @@ def a_container_restart_registers_the_driver_once(node: RealNode, form: DaemonSe
         lambda: any(p.restarts == 1 and p.serving for p in form.pods.of(AGENT, NAMESPACE)),
     )
     wait_until(
-        "the dead start's plugin dropped", lambda: "Unregister" in plugin_operations(node, since)
+        "the dead start's plugin dropped",
+        lambda: "Unregister" in plugin_operations(node, since, pod.uid),
     )
-    operations = plugin_operation_lines(node, since)
-    assert plugin_operations(node, since) == ["Register", "Unregister"], (operations, form.logs())
+    operations = plugin_operations(node, since, pod.uid)
+    lines = plugin_operation_lines(node, since, pod.uid)
+    assert operations == ["Register", "Unregister"], (lines, form.logs())
 
 
 def a_reboot(

@@ -12,7 +12,7 @@ deregistration is refused as already under way (the same for a socket removed an
 at its path). For that second the plugin is gone (a real
 1.36 and 1.37 kubelet did this when a DaemonSet's driver restarted in its pod and made its
 sockets again at the same paths: ``OperationExecutor.UnregisterPlugin started``, then
-``RegisterPlugin started`` 1.0 s later; tests/node/test_flap.py). A removed socket
+``RegisterPlugin started`` 1.0 s later; tests/node/test_daemonset.py). A removed socket
 deregisters its plugin.
 
 Registration (operationexecutor/operation_generator.go, ``GenerateRegisterPluginFunc``): dial
