@@ -62,7 +62,9 @@ RESOURCE_API = "/apis/resource.k8s.io/v1"
 CLAIMS = f"{RESOURCE_API}/namespaces/default/resourceclaims"
 PUBLISHER_USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 REPO = Path(__file__).resolve().parents[1]
-PLOTS = (REPO / "docs" / "fleet-scale-requests.svg", REPO / "docs" / "fleet-scale-bytes.svg")
+PLOTS = tuple(
+    REPO / "docs" / f"fleet-scale-{name}.svg" for name in ("requests", "bytes", "publisher")
+)
 WRITERS = 8  # connections that create the simulated objects side by side
 # The audit log: the real agents and the publisher (everything of theirs), kwok's Lease
 # renewals (the kubelets' own traffic, for comparison), nothing else: at 5,000 nodes the rest
@@ -146,12 +148,24 @@ def write_plots(measured: dict[int, Counts]) -> None:
         },
     )
     received = line_chart(
-        "What an agent receives from the API server, steady state",
+        "What the API server sends, steady state",
         "Nodes in the cluster",
         "KiB per hour",
-        {"an agent (busiest)": [(n, measured[n].agent_kib) for n in sizes]},
+        {
+            "an agent (busiest)": [(n, measured[n].agent_kib) for n in sizes],
+            "the publisher": [(n, measured[n].publisher_kib) for n in sizes],
+        },
     )
-    for path, chart in zip(PLOTS, (requests, received)):
+    publisher = line_chart(
+        "The publisher's own cost, steady state",
+        "Nodes in the cluster",
+        "CPU s per hour / RSS MiB",
+        {
+            "CPU, s per hour": [(n, measured[n].publisher_cpu_hourly) for n in sizes],
+            "RSS, MiB": [(n, measured[n].publisher_rss_kib / 1024) for n in sizes],
+        },
+    )
+    for path, chart in zip(PLOTS, (requests, received, publisher)):
         path.write_text(chart)
 
 
@@ -238,6 +252,7 @@ class Counts:
     agent_bytes: Sequence[int]
     agent_cpu: Sequence[float]
     publisher: Counter[str]
+    publisher_bytes: int
     publisher_cpu: float
     publisher_rss_kib: float
     leases: int  # kwok's Lease renewals, all nodes
@@ -259,6 +274,14 @@ class Counts:
     @property
     def publisher_requests(self) -> float:
         return self._hourly(sum(self.publisher.values()))
+
+    @property
+    def publisher_kib(self) -> float:
+        return self._hourly(self.publisher_bytes) / 1024
+
+    @property
+    def publisher_cpu_hourly(self) -> float:
+        return self._hourly(self.publisher_cpu)
 
     @property
     def lease_requests(self) -> float:
@@ -283,7 +306,8 @@ class Counts:
         shown = ", ".join(f"{k} {v}" for k, v in self.publisher.most_common(6)) or "none"
         return (
             f"{self.publisher_requests:.0f} requests/h ({shown} in "
-            f"{self.seconds:.0f} s); CPU {self.publisher_cpu:.2f} s, RSS "
+            f"{self.seconds:.0f} s); {self.publisher_kib:.0f} KiB/h received; "
+            f"CPU {self.publisher_cpu:.2f} s, RSS "
             f"{self.publisher_rss_kib / 1024:.0f} MiB"
         )
 
@@ -385,7 +409,7 @@ class Fleet:
         start = self._audit_mark()
         cpu_before = [cpu_seconds(pid_of(a)) for a in self.agents]
         publisher_cpu = cpu_seconds(pid_of(self.publisher))
-        with SocketBytes([pid_of(a) for a in self.agents], self.cp.port) as received:
+        with SocketBytes(self._pids(), self.cp.port) as received:
             time.sleep(seconds)
         return self._counts(start, seconds, received.totals(), cpu_before, publisher_cpu)
 
@@ -398,7 +422,7 @@ class Fleet:
         for agent in self.agents:
             agent.start(wait_ready=False)
         cpu_before = [0.0 for _ in self.agents]
-        with SocketBytes([pid_of(a) for a in self.agents], self.cp.port) as received:
+        with SocketBytes(self._pids(), self.cp.port) as received:
             time.sleep(60)
         publisher_cpu = cpu_seconds(pid_of(self.publisher))
         return self._counts(start, 60, received.totals(), cpu_before, publisher_cpu)
@@ -413,16 +437,20 @@ class Fleet:
             self.cp.admin.request("POST", CLAIMS, new_claim(name))
             self.cp.admin.request("DELETE", f"{CLAIMS}/{name}")
         elapsed = time.monotonic() - began
-        return self._counts(start, elapsed, [0] * len(self.agents), cpu_before, publisher_cpu)
+        return self._counts(start, elapsed, [0] * len(self._pids()), cpu_before, publisher_cpu)
 
     def _audit_mark(self) -> str:
         return audit_time()
+
+    def _pids(self) -> list[int]:
+        """The agents', then the publisher's: the order of ``received`` in _counts."""
+        return [pid_of(a) for a in self.agents] + [pid_of(self.publisher)]
 
     def _counts(
         self,
         start: str,
         seconds: float,
-        received: Sequence[int],
+        received: Sequence[int],  # by _pids()
         cpu_before: Sequence[float],
         publisher_cpu_before: float,
     ) -> Counts:
@@ -442,9 +470,10 @@ class Fleet:
         return Counts(
             seconds,
             agents,
-            list(received),
+            list(received[: len(self.agents)]),
             [cpu_seconds(pid_of(a)) - before for a, before in zip(self.agents, cpu_before)],
             per_user.get(PUBLISHER_USER, Counter()),
+            received[len(self.agents)],
             cpu_seconds(pid_of(self.publisher)) - publisher_cpu_before,
             rss_kib(pid_of(self.publisher)),
             leases,
