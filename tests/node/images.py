@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.oci_script import oci_module
+from tests.scripts import oci_module
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE_MODULE = REPO / "tests" / "kube" / "go" / "v1.37"

@@ -10,16 +10,16 @@ of other hosts), which needs the Ansible virtualenv (TOKEN_RESOURCE_ANSIBLE_VENV
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import tempfile
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.scripts import load_script
 
 # ansible-playbook runs: a minute quiet, more under load.
 pytestmark = pytest.mark.timeout(600)
@@ -28,17 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "packaging/ansible/roles/token_resource"
 
 
-def _load_filter() -> ModuleType:
-    path = ROLE / "filter_plugins/token_resource_package.py"
-    spec = importlib.util.spec_from_file_location("token_resource_package", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FILTER = _load_filter()
+FILTER = load_script(ROLE / "filter_plugins/token_resource_package.py", "token_resource_package")
 
 
 def facts(distribution: str, version: str, arch: str = "x86_64") -> dict[str, str]:

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.config.configmap import ConfigMapVolume
-from tests.oci_script import oci_module
+from tests.scripts import oci_module
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.system import harness
 from tests.system.conftest import REPO, base_image
