@@ -121,16 +121,20 @@ class Pods:
         """What each demo pod printed of its token (``my token: token-1``)."""
         return sorted(self.logs(pod).strip().rsplit(" ", 1)[-1] for pod in pods)
 
-    def scheduling_message(self, pod: PodView, timeout: float = 60.0) -> str:
-        """The scheduler's last FailedScheduling message about ``pod``."""
+    def refusals(self, pod: PodView) -> list[str]:
+        """The scheduler's FailedScheduling messages about ``pod`` so far, oldest first."""
         path = (
             f"/api/v1/namespaces/{pod.namespace}/events?fieldSelector="
             f"involvedObject.name={pod.name},reason=FailedScheduling"
         )
+        return [str(item["message"]) for item in self.plane.admin.get(path)["items"]]
+
+    def scheduling_message(self, pod: PodView, timeout: float = 60.0) -> str:
+        """The scheduler's last FailedScheduling message about ``pod``."""
 
         def message() -> str | None:
-            items = self.plane.admin.get(path)["items"]
-            return str(items[-1]["message"]) if items else None
+            refusals = self.refusals(pod)
+            return refusals[-1] if refusals else None
 
         return wait_until(f"a FailedScheduling event of {pod.name}", message, timeout)
 
