@@ -110,13 +110,9 @@ def plugin_operation_lines(node: RealNode, since: int, instance: str) -> list[st
     ]
 
 
-def plugin_operations(node: RealNode, since: int, instance: str) -> list[str]:
-    """Register or Unregister, in order, for the instance's sockets."""
-    return [
-        match.group(1)
-        for line in plugin_operation_lines(node, since, instance)
-        if (match := OPERATION.search(line))
-    ]
+def plugin_operations(lines: list[str]) -> list[str]:
+    """Register or Unregister, in order, of ``lines`` (plugin_operation_lines)."""
+    return [match.group(1) for line in lines if (match := OPERATION.search(line))]
 
 
 def a_container_restart_registers_the_driver_once(node: RealNode, form: DaemonSetForm) -> None:
@@ -134,11 +130,12 @@ def a_container_restart_registers_the_driver_once(node: RealNode, form: DaemonSe
     )
     wait_until(
         "the dead start's plugin dropped",
-        lambda: "Unregister" in plugin_operations(node, since, pod.uid),
+        lambda: "Unregister" in plugin_operations(plugin_operation_lines(node, since, pod.uid)),
     )
-    operations = plugin_operations(node, since, pod.uid)
+    # One read of the log for the check and its message: a line logged between two reads would
+    # make the message show other operations than the ones checked.
     lines = plugin_operation_lines(node, since, pod.uid)
-    assert operations == ["Register", "Unregister"], (lines, form.logs())
+    assert plugin_operations(lines) == ["Register", "Unregister"], (lines, form.logs())
 
 
 def a_reboot(
