@@ -63,6 +63,16 @@ def free_port() -> int:
         return port
 
 
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class ControlPlane(ClientConfigMixin):
     """etcd, kube-apiserver, kube-scheduler and kube-controller-manager, started by ``with``."""
 
@@ -86,6 +96,7 @@ class ControlPlane(ClientConfigMixin):
         self.host = HOST
         self.port = free_port()
         self._processes: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = []
+        self._commands: dict[str, list[str]] = {}
         self.startup_seconds: dict[str, float] = {}
         self.admin = self.client(self.ca.client_certificate("admin", ("system:masters",)))
         # The Nodes add_node made that are still there (remove_added_nodes deletes them).
@@ -99,6 +110,21 @@ class ControlPlane(ClientConfigMixin):
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
         self._processes.append((name, process, log))
+        self._commands[name] = command
+
+    def restart_apiserver(self) -> None:
+        """The API server stopped (SIGTERM, as systemd or the kubelet stops it) and started
+        again with the same flags, certificates and etcd; returns when it is ready. Its watch
+        cache starts afresh from etcd's current revision, as after any real restart."""
+        name = "kube-apiserver"
+        index = next(i for i, (each, _, _) in enumerate(self._processes) if each == name)
+        _, process, log = self._processes.pop(index)
+        _stop(process)
+        log.close()
+        self._start(name, self._commands[name])
+        # Back at its place in the order of stopping: before etcd, after its clients.
+        self._processes.insert(index, self._processes.pop())
+        wait_until("the restarted API server's /readyz", self._ready, STARTUP_TIMEOUT)
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         text = (self.directory / f"{name}.log").read_text(errors="replace")
@@ -122,13 +148,7 @@ class ControlPlane(ClientConfigMixin):
     def __exit__(self, *exc: object) -> None:
         # The clients of etcd first: the API server drains against a live etcd.
         for _name, process, log in reversed(self._processes):
-            if process.poll() is None:
-                process.terminate()
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _stop(process)
             log.close()
         self._processes.clear()
         if self._own_directory:
