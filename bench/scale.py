@@ -4,17 +4,18 @@ server when the cluster has 100, 1,000 and 5,000 Nodes.
 The control plane is tests/kube's (etcd, kube-apiserver, scheduler, controller manager); kwok
 (``sigs.k8s.io/kwok``, built by ``make kwok``) keeps every Node alive as kubelets would (its
 Lease renewed, Ready), the simulated ones and the real agents' alike. Each simulated node gets
-the ResourceSlice its agent would publish, and every tenth a ResourceClaim (no pods: kwok would
-run them, and no agent reads them in steady state). Real agent processes run as nodes of their
+the ResourceSlice its agent would publish, and a ResourceClaim (no pods: kwok would run them,
+and no agent reads them in steady state). Real agent processes run as nodes of their
 own (node identities signed by the test CA, the host form: one DRA resource and one node-status
 resource each), and one publisher with a cluster pool, as itself (its service account).
 
 What they ask is counted from the API server's audit log (its policy logs only them and
 kwok's Lease renewals), per user, over a steady window, and scaled to an hour; the bytes they
 receive from the TCP sockets' own counters (``ss``'s ``bytes_received``, sampled every second
-for the agents' processes); CPU from each process's rusage. Then every real agent is
-restarted at once (what a mass reboot asks of the API server, per agent), and 1,000 claims are
-created and deleted (what that costs the publisher).
+for the agents' processes); CPU from each process's rusage. At each size 1,000 claims are
+created and deleted (what a claim's change costs the publisher, beside as many standing claims
+as nodes); at the largest, every real agent is then restarted at once (what a mass reboot asks
+of the API server, per agent).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ PLOTS = tuple(
     REPO / "docs" / f"fleet-scale-{name}.svg" for name in ("requests", "bytes", "publisher")
 )
 WRITERS = 8  # connections that create the simulated objects side by side
+CHURN = 1000  # claims created and deleted at each size
 # The audit log: the real agents and the publisher (everything of theirs), kwok's Lease
 # renewals (the kubelets' own traffic, for comparison), nothing else: at 5,000 nodes the rest
 # would be most of the disk and CPU.
@@ -110,22 +112,24 @@ def scale_section(scale: Scale) -> Section:
         stack.enter_context(kwok(cp, directory))
         fleet = stack.enter_context(Fleet.started(cp, directory, sizes.agents))
         measured: dict[int, Counts] = {}
+        churned: dict[int, Counts] = {}
         for size in sizes.nodes:
             fleet.grow(size)
             steady = measured[size] = fleet.measure(sizes.window)
             section.add(f"{size} nodes: steady state, per agent", steady.agent_line())
             section.add(f"{size} nodes: the publisher", steady.publisher_line())
             section.add(f"{size} nodes: a kubelet's Lease (kwok)", steady.lease_line())
+            churned[size] = fleet.claim_churn(CHURN)
+            section.add(
+                f"{size} nodes, {size} claims standing: {CHURN:,} more created and deleted",
+                churned[size].churn_line(2 * CHURN),
+            )
         section.add(
             f"{sizes.nodes[-1]} nodes: every agent restarted at once, first minute per agent",
             fleet.mass_restart().agent_line(),
         )
-        section.add(
-            f"{sizes.nodes[-1]} nodes: 1,000 claims created and deleted",
-            fleet.claim_churn(1000).publisher_line(),
-        )
     if not scale.quick:
-        write_plots(measured)
+        write_plots(measured, churned)
         section.notes.append(f"Plots: {', '.join(str(p.relative_to(REPO)) for p in PLOTS)}.")
     section.notes.append(
         "Requests from the API server's audit log, per hour of the window (steady) or as "
@@ -135,7 +139,7 @@ def scale_section(scale: Scale) -> Section:
     return section
 
 
-def write_plots(measured: dict[int, Counts]) -> None:
+def write_plots(measured: dict[int, Counts], churned: dict[int, Counts]) -> None:
     sizes = sorted(measured)
     requests = line_chart(
         "Requests to the API server per hour, steady state",
@@ -163,6 +167,9 @@ def write_plots(measured: dict[int, Counts]) -> None:
         {
             "CPU, s per hour": [(n, measured[n].publisher_cpu_hourly) for n in sizes],
             "RSS, MiB": [(n, measured[n].publisher_rss_kib / 1024) for n in sizes],
+            "CPU, ms per claim change": [
+                (n, churned[n].publisher_cpu * 1000 / (2 * CHURN)) for n in sizes
+            ],
         },
     )
     for path, chart in zip(PLOTS, (requests, received, publisher)):
@@ -311,6 +318,14 @@ class Counts:
             f"{self.publisher_rss_kib / 1024:.0f} MiB"
         )
 
+    def churn_line(self, changes: int) -> str:
+        shown = ", ".join(f"{k} {v}" for k, v in self.publisher.most_common(6)) or "none"
+        return (
+            f"the publisher: {shown} in {self.seconds:.0f} s; CPU {self.publisher_cpu:.2f} s, "
+            f"{self.publisher_cpu * 1000 / changes:.2f} ms per change; RSS "
+            f"{self.publisher_rss_kib / 1024:.0f} MiB after"
+        )
+
     def lease_line(self) -> str:
         return f"{self.lease_requests:.0f} Lease requests/h per node"
 
@@ -373,7 +388,7 @@ class Fleet:
         return all(f"real-{i}" in nodes for i in range(len(self.agents)))
 
     def grow(self, size: int) -> None:
-        """Simulated nodes up to ``size``, each with its slice; every tenth a claim."""
+        """Simulated nodes up to ``size``, each with its slice and a claim."""
         names = [f"kwok-{index}" for index in range(self.nodes, size)]
 
         local = threading.local()
@@ -386,8 +401,7 @@ class Fleet:
             client: KubeClient = local.client
             client.request("POST", "/api/v1/nodes", new_node(name))
             client.request("POST", f"{RESOURCE_API}/resourceslices", node_slice(name))
-            if int(name.rsplit("-", 1)[1]) % 10 == 0:
-                client.request("POST", CLAIMS, new_claim(f"{name}-claim"))
+            client.request("POST", CLAIMS, new_claim(f"{name}-claim"))
 
         with ThreadPoolExecutor(WRITERS) as pool:
             list(pool.map(add, names))
@@ -437,6 +451,8 @@ class Fleet:
             self.cp.admin.request("POST", CLAIMS, new_claim(name))
             self.cp.admin.request("DELETE", f"{CLAIMS}/{name}")
         elapsed = time.monotonic() - began
+        # The publisher handles the last events after the last DELETE has returned.
+        settle_cpu(pid_of(self.publisher))
         return self._counts(start, elapsed, [0] * len(self._pids()), cpu_before, publisher_cpu)
 
     def _audit_mark(self) -> str:
@@ -479,6 +495,18 @@ class Fleet:
             leases,
             self.nodes + len(self.agents),
         )
+
+
+def settle_cpu(pid: int, quiet: float = 0.01, timeout: float = 30.0) -> None:
+    """Until the process used less than ``quiet`` s of CPU in a second."""
+    last = cpu_seconds(pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = cpu_seconds(pid)
+        if now - last < quiet:
+            return
+        last = now
 
 
 # The API server's audit events are stamped in RFC 3339 with microseconds, which sort as text.
