@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,17 +24,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-
 from tests.kube.client import KubeClient, wait_until
+from tests.kube.flags import HOST, apiserver_flags, audit_log, component_flags, free_port
 from tests.kube.programs import CONTROL_PLANE_RELEASE, program
-from tests.standin.apiserver.certificates import CertificateAuthority, KeyPair, write_private
+from tests.standin.apiserver.certificates import CertificateAuthority, KeyPair
 from tests.standin.apiserver.kubeconfig import ClientConfigMixin
 
 ETCD = Path("/usr/bin/etcd")
-HOST = "127.0.0.1"
-ISSUER = "https://kubernetes.default.svc.cluster.local"
 STARTUP_TIMEOUT = 120.0  # a busy 2-core CI machine: etcd and the API server's first start
 NODE_CAPACITY = {"cpu": "4", "memory": "8Gi", "pods": "110"}
 # What a kubelet of the control plane's release writes into its Node.
@@ -53,14 +48,6 @@ omitStages: [RequestReceived]
 rules:
 - level: Metadata
 """
-
-
-def free_port() -> int:
-    """A port free now (the kernel's pick); the program binds it a moment later."""
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -158,7 +145,10 @@ class ControlPlane(ClientConfigMixin):
         began = time.monotonic()
         binary = str(program(CONTROL_PLANE_RELEASE, "controlplane"))
         etcd_url = self._start_etcd()
-        self._start("kube-apiserver", [binary, "kube-apiserver", *self._apiserver_flags(etcd_url)])
+        flags = apiserver_flags(
+            self.directory, self.ca, self.port, etcd_url, self._audit_policy, self._server_names
+        )
+        self._start("kube-apiserver", [binary, "kube-apiserver", *flags])
         wait_until("the API server's /readyz", self._ready, STARTUP_TIMEOUT)
         self.startup_seconds["kube-apiserver"] = time.monotonic() - began
         for component, user in (
@@ -169,7 +159,8 @@ class ControlPlane(ClientConfigMixin):
                 self.directory / f"{component}.kubeconfig",
                 identity=self.ca.client_certificate(user),
             )
-            self._start(component, [binary, component, *self._flags(component, kubeconfig)])
+            flags = component_flags(component, kubeconfig, self.directory, self._controllers)
+            self._start(component, [binary, component, *flags])
         # The controller manager is up when its service-account controller has made the
         # default namespace's "default" ServiceAccount, which every pod needs to be admitted.
         wait_until("the controller manager's default ServiceAccount", self._has_default_account)
@@ -208,7 +199,7 @@ class ControlPlane(ClientConfigMixin):
 
     @property
     def audit_log(self) -> Path:
-        return self.directory / "audit.log"
+        return audit_log(self.directory)
 
     def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:
         """The audit log's events (audit.k8s.io/v1 Event), oldest first; only ``user``'s if
@@ -216,90 +207,6 @@ class ControlPlane(ClientConfigMixin):
         with self.audit_log.open() as log:
             events = [json.loads(line) for line in log if line.strip()]
         return [e for e in events if user is None or e["user"]["username"] == user]
-
-    def _apiserver_flags(self, etcd_url: str) -> list[str]:
-        d = self.directory
-        (d / "audit-policy.yaml").write_text(self._audit_policy)
-        self.server_certificate = self.ca.server_certificate(
-            (HOST, "localhost", *self._server_names)
-        )
-        self.server_certificate.write(d / "apiserver.crt", d / "apiserver.key")
-        (d / "ca.crt").write_bytes(self.ca.cert_pem)
-        # What it shows a kubelet (logs, exec, port-forward): a client the kubelet's webhook
-        # authorization allows.
-        kubelet_client = self.ca.client_certificate(
-            "kube-apiserver-kubelet-client", ("system:masters",)
-        )
-        kubelet_client.write(d / "kubelet-client.crt", d / "kubelet-client.key")
-        # The service-account signing key; the API server verifies with the public half (it
-        # reads no PKCS#8 private key as a public one).
-        key = ec.generate_private_key(ec.SECP256R1())
-        write_private(
-            d / "sa.key",
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            ),
-        )
-        (d / "sa.pub").write_bytes(
-            key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-        )
-        return [
-            f"--etcd-servers={etcd_url}",
-            f"--bind-address={HOST}",
-            f"--advertise-address={HOST}",
-            f"--secure-port={self.port}",
-            f"--cert-dir={d / 'apiserver-certs'}",
-            f"--tls-cert-file={d / 'apiserver.crt'}",
-            f"--tls-private-key-file={d / 'apiserver.key'}",
-            f"--client-ca-file={d / 'ca.crt'}",
-            f"--kubelet-certificate-authority={d / 'ca.crt'}",
-            f"--kubelet-client-certificate={d / 'kubelet-client.crt'}",
-            f"--kubelet-client-key={d / 'kubelet-client.key'}",
-            "--kubelet-preferred-address-types=InternalIP",
-            "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction",
-            f"--service-account-issuer={ISSUER}",
-            f"--service-account-key-file={d / 'sa.pub'}",
-            f"--service-account-signing-key-file={d / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            # resource.k8s.io/v1 is GA and served by default; said anyway, as the one group
-            # these tests are about.
-            "--runtime-config=resource.k8s.io/v1=true",
-            # The "kubernetes" Service's endpoints would name the advertised address, which
-            # may not be a loopback one; nothing here reaches the API server through it.
-            "--endpoint-reconciler-type=none",
-            "--profiling=false",
-            f"--audit-policy-file={d / 'audit-policy.yaml'}",
-            f"--audit-log-path={self.audit_log}",
-            "--audit-log-format=json",
-            "--audit-log-mode=blocking",  # written before the answer: a test reads it then
-        ]
-
-    def _flags(self, component: str, kubeconfig: Path) -> list[str]:
-        common = [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--leader-elect=false",
-            f"--bind-address={HOST}",
-            f"--secure-port={free_port()}",
-            "--profiling=false",
-        ]
-        if component == "kube-scheduler":
-            return common
-        return [
-            *common,
-            f"--controllers={self._controllers}",
-            f"--service-account-private-key-file={self.directory / 'sa.key'}",
-            f"--root-ca-file={self.directory / 'ca.crt'}",
-            # Each controller under its own service account with its bootstrap role (as kubeadm
-            # runs it): the controller manager's own user may do little.
-            "--use-service-account-credentials=true",
-        ]
 
     # Identities
 

@@ -12,7 +12,8 @@ import re
 import signal
 from pathlib import Path
 
-from tests.kube.controlplane import ControlPlane, free_port
+from tests.kube.controlplane import ControlPlane
+from tests.kube.flags import free_port
 from tests.kube.programs import program
 from tests.node.network import NODE_IP
 from tests.node.processes import Process
