@@ -55,6 +55,18 @@ class Demo:
             "scale", "-n", NAMESPACE, f"deployment/{self.name}", f"--replicas={replicas}"
         )
 
+    def scaled(self, replicas: int, timeout: float = 120.0) -> list[PodView]:
+        """Scaled to ``replicas``, then exactly that many pods, all Ready and none on its way
+        out: a DRA pod that is still terminating holds its claim's token until the driver has
+        unprepared it, so a test that stops the driver next would keep it held."""
+        self.scale(replicas)
+        return self.pods.wait(
+            f"exactly {replicas} pods of {self.name}, all Ready",
+            self.selector,
+            lambda pods: len(pods) == replicas and all(pod.serving for pod in pods),
+            timeout=timeout,
+        )
+
     def delete(self) -> None:
         self.plane.kubectl(
             "delete",

@@ -49,13 +49,11 @@ def test_the_overlay_serves_rolls_out_and_reboots(
     try:
         form.apply()
         to_the_count(demo, mode)
-        demo.scale(1)
-        running = demo.running(1)
+        running = demo.scaled(1)
         running = a_rollout_disturbs_nothing(node, mode, form, demo, running, figures)
         if mode.dra:
             license_demo.apply()
-            license_demo.scale(1)
-            license_demo.running(1)
+            license_demo.scaled(1)
             a_container_restart_registers_the_driver_once(node, form)
         a_reboot(node, mode, form, demo, license_demo, running, figures)
     finally:

@@ -125,8 +125,7 @@ def test_a_package_upgrade_disturbs_no_token_pod(
 ) -> None:
     host.start()
     demo.apply()
-    demo.scale(1)
-    before = demo.running(1)
+    before = demo.scaled(1)
     upgrade(host, new_version)
     log = host.agent.log()
     assert "token-resource 0.1.0" in log.split(STOPPING)[0]
@@ -162,7 +161,14 @@ def test_a_package_upgrade_disturbs_no_token_pod(
             ]
             return bool(unscheduled)
 
-        wait_until("the kubelet's (or the scheduler's) try of the new pod", tried_or_refused)
+        def seen() -> str:
+            lines = node.kubelet.log_text()[since:].splitlines()
+            told = [line for line in lines if "token-demo" in line or "claim" in line]
+            return "\n".join([demo.pods.explained(demo.all()), *told[-20:]])
+
+        wait_until(
+            "the kubelet's (or the scheduler's) try of the new pod", tried_or_refused, show=seen
+        )
 
     upgrade(host, new_version, a_pod_meanwhile)
     rejected = [pod for pod in demo.all() if pod.reason == REJECTED]
