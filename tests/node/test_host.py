@@ -146,13 +146,15 @@ def test_a_package_upgrade_disturbs_no_token_pod(
     # status has told the scheduler of the device plugin's absence first (it updates every
     # 10 s), when it waits unscheduled instead.
     unscheduled: list[str] = []
+    admitted: list[str] = []  # the kubelet's line of its try
 
     def a_pod_meanwhile() -> None:
         since = len(node.kubelet.log_text())
         demo.scale(2)
 
         def tried_or_refused() -> bool:
-            if tried_new(node, mode, since):
+            admitted[:] = tried_new(node, mode, since)
+            if admitted:
                 return True
             if mode.advertise != "device-plugin":
                 return False  # its Node or slices keep offering the tokens
@@ -171,7 +173,6 @@ def test_a_package_upgrade_disturbs_no_token_pod(
         )
 
     upgrade(host, new_version, a_pod_meanwhile)
-    rejected = [pod for pod in demo.all() if pod.reason == REJECTED]
     if mode.dra:
         # Not rejected: its claim's prepare failed, and the kubelet tries it again at its
         # resync (a minute and up to half of one more; the host's agent may not ask sooner).
@@ -179,11 +180,20 @@ def test_a_package_upgrade_disturbs_no_token_pod(
         (new,) = [pod for pod in demo.all() if pod.uid not in old and not pod.deleting]
         assert demo.pods.events(new, "FailedPrepareDynamicResources"), new
         outcome = "ran" if new.ready else "waits for the kubelet's resync, not rejected"
+        rejected = [pod for pod in demo.all() if pod.reason == REJECTED]
     else:
         demo.running(2)
+        # Read once the replacement runs: the kubelet's status manager writes a rejection a
+        # moment after it logs it, and the ReplicaSet replaces the pod only once it sees it.
+        rejected = [pod for pod in demo.all() if pod.reason == REJECTED]
         outcome = "rejected (UnexpectedAdmissionError), replaced" if rejected else "ran"
         if unscheduled:
             outcome = "not scheduled (the Node offered 0 already), ran once the agent was back"
+        elif not rejected:
+            # Not expected (no plugin served it): what the kubelet said, and when the new agent
+            # was back, for the failure's message.
+            back = [line for line in host.agent.log().splitlines() if words and words in line]
+            outcome += f" (admitted: {admitted[0][:120]}; agent registered: {back[-1][:23]})"
     figures.add(
         node.release, f"package upgrade, {mode.advertise}: a pod the kubelet admitted meanwhile",
         outcome,
@@ -199,14 +209,14 @@ def version_of(package: Path) -> str:
     return info.name.removeprefix("token_resource-").removesuffix(".dist-info")
 
 
-def tried_new(node: RealNode, mode: Mode, since: int) -> bool:
-    """Whether the kubelet has, after character ``since`` of its log, admitted (or rejected) a
-    token pod and, with DRA, failed to prepare its claim. Only since then: the node's earlier
-    tests' pods were admitted too (the pod that ran in the window once passed this way before
-    the kubelet had seen it)."""
+def tried_new(node: RealNode, mode: Mode, since: int) -> list[str]:
+    """The kubelet's lines, after character ``since`` of its log, that say it admitted (or
+    rejected) a token pod and, with DRA, failed to prepare its claim. Only since then: the
+    node's earlier tests' pods were admitted too (the pod that ran in the window once passed
+    this way before the kubelet had seen it)."""
     found = "Failed to prepare dynamic resources" if mode.dra else "Pod Admit Result"
     text = node.kubelet.log_text()[since:]
-    return any("token-demo" in line and found in line for line in text.splitlines())
+    return [line for line in text.splitlines() if "token-demo" in line and found in line]
 
 
 def test_a_failing_probe_takes_the_tokens_away(
