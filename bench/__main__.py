@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from bench.claim_churn import claim_churn_section
 from bench.cluster_pools import cluster_pools_section
 from bench.dra import dra_section
 from bench.dra_start import dra_start_section
@@ -61,6 +62,7 @@ NAMES = (
     "cluster-pools",
     "large",
     "scale",
+    "claim-churn",
     "compare",
 )
 
@@ -77,6 +79,7 @@ SECTIONS: dict[str, Callable[[Scale], Section]] = {
     "probe-idle": probe_idle_section,
     "large": large_section,
     "scale": scale_section,
+    "claim-churn": claim_churn_section,
 }
 
 

@@ -8,7 +8,8 @@
 #                   BENCH_ARGS='--only scale': agents and the publisher against the real API
 #                   server at 100, 1,000 and 5,000 Nodes kept alive by kwok (~60 min;
 #                   TOKEN_RESOURCE_BENCH_SCALE_WINDOW=N seconds of steady state per size,
-#                   default 900);
+#                   default 900); BENCH_ARGS='--only claim-churn': what a claim's change costs
+#                   the publisher at 100, 1,000 and 5,000 standing claims (~2 min);
 #                   TOKEN_RESOURCE_BENCH_PROBE_IDLE_SECONDS=N sets probe-idle's window
 #                   (default 60 s, 20 s with --quick)
 #   make soak    -> tests/agent/test_faults.py with many more iterations (TOKEN_RESOURCE_SOAK=1)

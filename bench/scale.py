@@ -13,9 +13,9 @@ What they ask is counted from the API server's audit log (its policy logs only t
 kwok's Lease renewals), per user, over a steady window, and scaled to an hour; the bytes they
 receive from the TCP sockets' own counters (``ss``'s ``bytes_received``, sampled every second
 for the agents' processes); CPU from each process's rusage. At each size 1,000 claims are
-created and deleted (what a claim's change costs the publisher, beside as many standing claims
-as nodes); at the largest, every real agent is then restarted at once (what a mass reboot asks
-of the API server, per agent).
+created and deleted, three times (what a claim's change costs the publisher, beside as many
+standing claims as nodes); at the largest, every real agent is then restarted at once (what a
+mass reboot asks of the API server, per agent).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ PLOTS = tuple(
     REPO / "docs" / f"fleet-scale-{name}.svg" for name in ("requests", "bytes", "publisher")
 )
 WRITERS = 8  # connections that create the simulated objects side by side
-CHURN = 1000  # claims created and deleted at each size
+CHURN = 1000  # claims created and deleted at each size, in each of CHURN_ROUNDS rounds
+CHURN_ROUNDS = 3
 # The audit log: the real agents and the publisher (everything of theirs), kwok's Lease
 # renewals (the kubelets' own traffic, for comparison), nothing else: at 5,000 nodes the rest
 # would be most of the disk and CPU.
@@ -119,10 +120,14 @@ def scale_section(scale: Scale) -> Section:
             section.add(f"{size} nodes: steady state, per agent", steady.agent_line())
             section.add(f"{size} nodes: the publisher", steady.publisher_line())
             section.add(f"{size} nodes: a kubelet's Lease (kwok)", steady.lease_line())
-            churned[size] = fleet.claim_churn(CHURN)
+            # The least of a few rounds: what another process's load on the machine adds to
+            # the publisher's CPU time is not its own cost.
+            rounds = [fleet.claim_churn(CHURN) for _ in range(CHURN_ROUNDS)]
+            churned[size] = min(rounds, key=lambda counts: counts.publisher_cpu)
+            each = ", ".join(f"{r.publisher_cpu * 1000 / (2 * CHURN):.2f}" for r in rounds)
             section.add(
                 f"{size} nodes, {size} claims standing: {CHURN:,} more created and deleted",
-                churned[size].churn_line(2 * CHURN),
+                f"{churned[size].churn_line(2 * CHURN)} (the least of rounds of {each} ms)",
             )
         section.add(
             f"{sizes.nodes[-1]} nodes: every agent restarted at once, first minute per agent",

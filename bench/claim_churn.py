@@ -1,0 +1,67 @@
+"""What a ResourceClaim's change costs the cluster pools' publisher, against how many claims
+the cluster holds, with nothing else on the machine's cores.
+
+The fleet benchmark (bench/scale.py) measures the same beside the simulated nodes, whose
+Lease renewals (500 writes a second at 5,000 Nodes) load this 2-core machine more the larger
+the cluster: its per-change figure then follows the load. Here the real control plane holds
+only the publisher (a cluster pool, its service account) and 100, 1,000, then 5,000 standing
+claims; at each, 1,000 claims are created and deleted, three times, and the least CPU time a
+round cost the publisher (its rusage) is the figure.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+from bench.scale import AUDIT_POLICY, CHURN, CHURN_ROUNDS, CLAIMS, WRITERS, Fleet, new_claim
+from bench.scenarios import Scale, Section
+from tests.kube.client import KubeClient
+from tests.kube.controlplane import ControlPlane
+
+
+def claim_churn_section(scale: Scale) -> Section:
+    counts = (100, 1000) if scale.quick else (100, 1000, 5000)
+    section = Section("A claim's change, for the publisher, against the claims standing")
+    with tempfile.TemporaryDirectory(prefix="trb-churn-") as scratch, ExitStack() as stack:
+        directory = Path(scratch)
+        (directory / "cp").mkdir()
+        cp = stack.enter_context(ControlPlane(directory / "cp", audit_policy=AUDIT_POLICY))
+        fleet = stack.enter_context(Fleet.started(cp, directory, 0))
+        standing = 0
+        for count in counts:
+            add_standing(cp, range(standing, count))
+            standing = count
+            rounds = [fleet.claim_churn(CHURN) for _ in range(CHURN_ROUNDS)]
+            each = [r.publisher_cpu * 1000 / (2 * CHURN) for r in rounds]
+            asked = Counter[str]()
+            for each_round in rounds:
+                asked.update(each_round.publisher)
+            shown = ", ".join(f"{what} {n}" for what, n in asked.most_common()) or "none"
+            section.add(
+                f"{count:,} claims standing: {CHURN:,} created and deleted, {CHURN_ROUNDS} times",
+                f"{min(each):.3f} ms of CPU per change at least "
+                f"(rounds: {', '.join(f'{ms:.3f}' for ms in each)}); "
+                f"the publisher's requests meanwhile: {shown}",
+            )
+    section.notes.append(
+        "CPU: the publisher's own rusage over a round, divided by its 2,000 changes."
+    )
+    return section
+
+
+def add_standing(cp: ControlPlane, indices: range) -> None:
+    local = threading.local()
+
+    def add(index: int) -> None:
+        if not hasattr(local, "client"):  # one connection per writer thread
+            local.client = cp.client(cp.ca.client_certificate("admin", ("system:masters",)))
+        client: KubeClient = local.client
+        client.request("POST", CLAIMS, new_claim(f"standing-{index}"))
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(add, indices))
