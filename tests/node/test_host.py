@@ -189,7 +189,7 @@ def test_a_package_upgrade_disturbs_no_token_pod(
         outcome = "rejected (UnexpectedAdmissionError), replaced" if rejected else "ran"
         if unscheduled:
             outcome = "not scheduled (the Node offered 0 already), ran once the agent was back"
-        elif not rejected:
+        elif not rejected and mode.advertise == "device-plugin":
             # Not expected (no plugin served it): what the kubelet said, and when the new agent
             # was back, for the failure's message.
             back = [line for line in host.agent.log().splitlines() if words and words in line]
