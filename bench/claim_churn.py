@@ -12,13 +12,19 @@ round cost the publisher (its rusage) is the figure.
 from __future__ import annotations
 
 import tempfile
-import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.scale import AUDIT_POLICY, CHURN, CHURN_ROUNDS, CLAIMS, WRITERS, Fleet, new_claim
+from bench.scale import (
+    AUDIT_POLICY,
+    CHURN,
+    CHURN_ROUNDS,
+    CLAIMS,
+    Fleet,
+    new_claim,
+    side_by_side,
+)
 from bench.scenarios import Scale, Section
 from tests.kube.client import KubeClient
 from tests.kube.controlplane import ControlPlane
@@ -55,13 +61,7 @@ def claim_churn_section(scale: Scale) -> Section:
 
 
 def add_standing(cp: ControlPlane, indices: range) -> None:
-    local = threading.local()
+    def add(client: KubeClient, name: str) -> None:
+        client.request("POST", CLAIMS, new_claim(name))
 
-    def add(index: int) -> None:
-        if not hasattr(local, "client"):  # one connection per writer thread
-            local.client = cp.client(cp.ca.client_certificate("admin", ("system:masters",)))
-        client: KubeClient = local.client
-        client.request("POST", CLAIMS, new_claim(f"standing-{index}"))
-
-    with ThreadPoolExecutor(WRITERS) as pool:
-        list(pool.map(add, indices))
+    side_by_side(cp, [f"standing-{index}" for index in indices], add)

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -394,22 +394,13 @@ class Fleet:
 
     def grow(self, size: int) -> None:
         """Simulated nodes up to ``size``, each with its slice and a claim."""
-        names = [f"kwok-{index}" for index in range(self.nodes, size)]
 
-        local = threading.local()
-
-        def add(name: str) -> None:
-            if not hasattr(local, "client"):  # one connection per writer thread
-                local.client = self.cp.client(
-                    self.cp.ca.client_certificate("admin", ("system:masters",))
-                )
-            client: KubeClient = local.client
+        def add(client: KubeClient, name: str) -> None:
             client.request("POST", "/api/v1/nodes", new_node(name))
             client.request("POST", f"{RESOURCE_API}/resourceslices", node_slice(name))
             client.request("POST", CLAIMS, new_claim(f"{name}-claim"))
 
-        with ThreadPoolExecutor(WRITERS) as pool:
-            list(pool.map(add, names))
+        side_by_side(self.cp, [f"kwok-{index}" for index in range(self.nodes, size)], add)
         self.nodes = size
         wait_until(f"{size} simulated nodes Ready", lambda: self._ready() >= size, 600)
 
@@ -500,6 +491,22 @@ class Fleet:
             leases,
             self.nodes + len(self.agents),
         )
+
+
+def side_by_side(
+    cp: ControlPlane, names: Sequence[str], write: Callable[[KubeClient, str], None]
+) -> None:
+    """``write(client, name)`` for each of ``names``, WRITERS at a time, each writer thread on
+    a connection of its own (as the admin)."""
+    local = threading.local()
+
+    def one(name: str) -> None:
+        if not hasattr(local, "client"):
+            local.client = cp.client(cp.ca.client_certificate("admin", ("system:masters",)))
+        write(local.client, name)
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(one, names))
 
 
 def settle_cpu(pid: int, quiet: float = 0.01, timeout: float = 30.0) -> None:
