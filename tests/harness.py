@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tests.paths import short_directory
 from token_resource import __version__
@@ -154,6 +156,13 @@ class AgentProcess:
             timeout=timeout,
             check=False,
         )
+
+    def status_json(self) -> dict[str, Any]:
+        """``token-resource status --json``: the running agent's report."""
+        result = self.cli("status", "--json")
+        assert result.returncode == 0, result.stderr
+        report: dict[str, Any] = json.loads(result.stdout)
+        return report
 
     def _options(self, command: str) -> list[str]:
         config = ["--config", str(self.config_path)]

@@ -3,7 +3,6 @@ wait for and ask of the kubelet and API-server stand-ins (its fixtures: tests/dr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -123,7 +122,4 @@ def claim_id(claim: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def status_json(agent: AgentProcess) -> dict[str, Any]:
-    result = agent.cli("status", "--json")
-    assert result.returncode == 0, result.stderr
-    report: dict[str, Any] = json.loads(result.stdout)
-    return report
+    return agent.status_json()

@@ -19,6 +19,7 @@ import pytest
 from tests.harness import AGENT_COMMAND, TWO_RESOURCES, AgentProcess, write_file
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.standin.podresources import Admitted, PodResourcesStandin
+from token_resource import PACKAGE_DIR, __version__
 from token_resource.host.control import Answer, ControlServer
 from token_resource.observe.report import HealthReport, Holder, ResourceReport, UnhealthyToken
 from token_resource.protocol.podresources import pod_resources_handler
@@ -41,10 +42,7 @@ def serve(agent: AgentProcess, kubelet: KubeletStandin, socket_path: Path) -> No
 
 
 def status(agent: AgentProcess) -> dict[str, Any]:
-    result = agent.cli("status", "--json")
-    assert result.returncode == 0, result
-    report: dict[str, Any] = json.loads(result.stdout)
-    return report
+    return agent.status_json()
 
 
 def resource(report: dict[str, Any], name: str) -> dict[str, Any]:
@@ -75,6 +73,8 @@ def test_status_shows_who_holds_the_tokens(
     admitted: PodResourcesStandin, agent: AgentProcess
 ) -> None:
     report = status(agent)
+    # The code that answers: the agent imported this tree's package.
+    assert report["agent"] == {"version": __version__, "package": str(PACKAGE_DIR)}
     assert report["pod_resources"] == {"socket": str(admitted.socket_path), "error": None}
     assert [r["name"] for r in report["resources"]] == [LICENSE, TOKEN]
     license_ = resource(report, LICENSE)

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from token_resource import PACKAGE_DIR, __version__
+
 
 @dataclass(frozen=True)
 class Holder:
@@ -195,6 +197,9 @@ class StatusReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "summary": self.summary,
+            # Which code answers: after an upgrade, the new installation's (its version, from
+            # the metadata beside the package it imported, and that package's directory).
+            "agent": {"version": __version__, "package": str(PACKAGE_DIR)},
             "cluster_pools": None if self.cluster_pools is None else asdict(self.cluster_pools),
             "instance": None if self.instance is None else asdict(self.instance),
             "plugin_sockets": None if self.plugin_sockets is None else asdict(self.plugin_sockets),
