@@ -7,6 +7,7 @@ what changed meanwhile is put right."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,9 @@ TOKEN = "example.com/token"
 DONGLE = "example.com/dongle"
 # Each watch lasts 1 to 2 s here (resync_seconds to twice that).
 WATCH_SECONDS = 1.0
+# Long enough for a bookmark: the API server's cacher sends one 2 s before a watch's timeout,
+# none in a watch shorter than that.
+BOOKMARKED_WATCH_SECONDS = 3.0
 DEADLINE = 30.0
 
 
@@ -104,7 +108,7 @@ def test_the_node_slices_watch_goes_on_without_a_list(
     async def scenario() -> ApiServerView:
         publisher = await publishing(apiserver, settings)
         try:
-            elsewhere(apiserver, "1")  # bookmarks carry the watch past it
+            elsewhere(apiserver, "1")
             return await until(
                 apiserver, lambda v: len(of(v, SLICES_PATH, watch=True)) >= 4, "four watches"
             )
@@ -121,6 +125,36 @@ def test_the_node_slices_watch_goes_on_without_a_list(
     assert versions[0] > 0
     assert {query(w, "allowWatchBookmarks") for w in watches} == {"true"}
     assert {1 <= int(query(w, "timeoutSeconds")) <= 2 for w in watches} == {True}
+
+
+def test_a_bookmark_carries_the_next_watch_past_changes_it_left_out(
+    apiserver: ApiServerStandin, settings: KubernetesSettings
+) -> None:
+    """A change the watch's selector leaves out: the watch's bookmark brings its version, and
+    the next watch resumes from there (a relist would start from there too), not from the
+    version of the agent's last own event."""
+    settings = dataclasses.replace(settings, resync_seconds=BOOKMARKED_WATCH_SECONDS)
+    changed: list[int] = []
+
+    async def scenario() -> ApiServerView:
+        publisher = await publishing(apiserver, settings)
+        try:
+            await until(apiserver, lambda v: len(of(v, SLICES_PATH, watch=True)) >= 1, "a watch")
+            elsewhere(apiserver, "1")
+            changed.append(apiserver.snapshot().resource_version(OTHER))
+            # The watch open at the change sends its bookmark 2 s before its end, after the
+            # change unless this machine was slow to make it; the next one's bookmark is.
+            return await until(
+                apiserver, lambda v: len(of(v, SLICES_PATH, watch=True)) >= 3, "three watches"
+            )
+        finally:
+            await publisher.close()
+
+    view = asyncio.run(scenario())
+    versions = [int(query(w, "resourceVersion")) for w in of(view, SLICES_PATH, watch=True)]
+    assert versions == sorted(versions)
+    assert 0 < versions[0] < changed[0] <= versions[-1], (versions, changed)
+    assert len(of(view, SLICES_PATH, watch=False)) == 2
 
 
 def test_a_version_compacted_away_lists_once_and_writes_nothing(
