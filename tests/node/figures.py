@@ -3,6 +3,7 @@ registration), kept for the run's summary: the figures docs/dra.md and docs/kube
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 
 
@@ -21,3 +22,8 @@ class Figures:
         return "\n".join(
             f"{release:8} {what:{width}}  {value}" for release, what, value in sorted(self.rows)
         )
+
+
+def log_time(line: str) -> datetime.datetime:
+    """The time an agent's log line starts with (``2026-12-04 21:22:58,357``)."""
+    return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")

@@ -80,18 +80,19 @@ class HostForm:
             return ""
         return self.mode.resource(count, probe, LICENSE) + 'scope = "cluster"\n'
 
-    def start(self) -> None:
-        """The publisher, then the agent, ready; a DRA agent also registered with the kubelet
-        (whose plugin watcher finds it a moment after READY=1: a pod it prepared meanwhile
-        would wait for its retry, a minute). With DRA, the DeviceClasses first, as
-        docs/dra.md applies them: ``token-resource device-classes | kubectl apply -f -``."""
+    def start(self, env: Mapping[str, str] | None = None) -> None:
+        """The publisher, then the agent (``env`` beside the test's), ready; a DRA agent also
+        registered with the kubelet (whose plugin watcher finds it a moment after READY=1: a
+        pod it prepared meanwhile would wait for its retry, a minute). With DRA, the
+        DeviceClasses first, as docs/dra.md applies them: ``token-resource device-classes |
+        kubectl apply -f -``."""
         if self.publisher is not None:
             printed = self.agent.cli("device-classes", "--config", str(self.agent.config_path))
             assert printed.returncode == 0, printed.stderr
             self.device_classes = printed.stdout
             self.agent.node.control_plane.kubectl("apply", "-f", "-", stdin=self.device_classes)
             self.publisher.start()
-        self.start_agent()
+        self.start_agent(env)
         node = self.agent.node
         wait_offered(node.control_plane, node.name, self.mode, self.count)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from tests.kube.client import wait_until
+from tests.node.bounds import READY_AFTER_REBOOT
 from tests.node.demo import Demo
 from tests.node.figures import Figures
 from tests.node.modes import Mode, wait_offered
@@ -17,8 +18,9 @@ from tests.node.node import RealNode
 from tests.node.pods import PodView
 
 REJECTED = "UnexpectedAdmissionError"
-# A DRA pod whose driver came late waits for the kubelet's own retry (its resync, a minute and
-# up to half of one more).
+# How long a reboot's pods are waited for: past the bound (tests/node/bounds.py) and past the
+# kubelet's own retry (its resync, a minute and up to half of one more), so that a bound
+# crossed fails with the figure measured, not a time-out.
 AFTER_REBOOT = 180.0
 SAMPLE_SECONDS = 0.2
 
@@ -81,8 +83,9 @@ def measured_reboot(
     reboot: Callable[[], float],
 ) -> tuple[int, list[PodView]]:
     """``reboot`` (which returns when the kubelet started), then ``before``'s count of demo
-    pods Ready in containers of the node's new life: (the token pods the kubelet rejected
-    meanwhile, the pods running now), the figures recorded."""
+    pods Ready in containers of the node's new life, within the mode's bound of the kubelet's
+    start: (the token pods the kubelet rejected meanwhile, the pods running now), the figures
+    recorded."""
     failed = {pod.uid for pod in demo.all() if pod.reason == REJECTED}
     started = reboot()
     running = demo.running_anew(len(before), before, timeout=AFTER_REBOOT)
@@ -92,6 +95,12 @@ def measured_reboot(
         node.release,
         f"reboot, {mode.advertise}, {form}",
         f"{rejected} token pods rejected, Ready {ready:.1f} s after the kubelet started",
+    )
+    bound = READY_AFTER_REBOOT[mode.advertise]
+    assert ready <= bound, (
+        f"token pods Ready {ready:.1f} s after the kubelet started ({form}), over the bound "
+        f"of {bound:.0f} s: the kubelet's own retry, not the agent, ran them?\n"
+        + demo.pods.explained(demo.all())
     )
     return rejected, running
 

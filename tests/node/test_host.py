@@ -7,27 +7,30 @@ in each way of advertising; with DRA a cluster pool's publisher beside it.
 - A kubelet restart disturbs no running token pod; after a reboot with the agent ordered
   before the kubelet (its unit's ``Before=kubelet.service``) no token pod is rejected, and
   with the agent started after the kubelet a device plugin's are (the others wait).
-- A package upgrade restarts the agent without disturbing running pods; what becomes of a pod
-  the kubelet admits while no agent serves is measured.
+- A package upgrade (and a downgrade) restarts the agent on the other version's code, each
+  unpacked from its .deb alone, without disturbing running pods, and within a bound of the
+  kubelet's registration; a pod the kubelet admits while no agent serves runs within a bound
+  (a device plugin's replaced, a DRA pod prepared at the kubelet's resync).
 - A failing probe takes the tokens away and a new pod waits; back again, it runs.
 """
 
 from __future__ import annotations
 
-import datetime
-import os
-import subprocess
-from pathlib import Path
+import time
+from collections.abc import Callable
 
 import pytest
 
 from tests.kube.client import wait_until
+from tests.node.bounds import UNREGISTERED_IN_UPGRADE, WINDOW_POD_READY
 from tests.node.demo import Demo
-from tests.node.figures import Figures
+from tests.node.figures import Figures, log_time
 from tests.node.host import REGISTERED, HostForm
 from tests.node.licenses import license_server, probes_take_the_tokens_away
 from tests.node.modes import CANNOT_ALLOCATE, Mode
 from tests.node.node import RealNode
+from tests.node.packages import Installation, installations
+from tests.node.pods import PodView
 from tests.node.steps import (
     REJECTED,
     a_kubelet_restart_disturbs_nothing,
@@ -37,7 +40,6 @@ from tests.node.steps import (
     tried,
     undisturbed,
 )
-from tests.system.harness import build_deb, project_version
 
 STOPPING = "stopping: removing sockets"
 
@@ -96,72 +98,109 @@ def test_a_kubelet_restart_and_reboots_lose_no_token_pod(
 
 
 @pytest.fixture(scope="session")
-def new_version(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The newer version's Python package, from its .deb ($TOKEN_RESOURCE_UPGRADE_DEB, which
-    make node-test builds, else built now): the directory to put first on PYTHONPATH."""
-    given = os.environ.get("TOKEN_RESOURCE_UPGRADE_DEB")
-    directory = tmp_path_factory.mktemp("new-version")
-    deb = Path(given) if given else build_deb(f"{project_version()}+nodetest1", directory)
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(directory / "root")], check=True)
-    return directory / "root" / "usr" / "lib" / "python3" / "dist-packages"
+def versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Installation, Installation]:
+    """The old and the new .deb, each unpacked into a tree of its own."""
+    return installations(tmp_path_factory.mktemp("versions"))
 
 
-def log_time(line: str) -> datetime.datetime:
-    """The time an agent's log line starts with (``2026-12-04 21:22:58,357``)."""
-    return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
-
-
-def upgrade(host: HostForm, new_version: Path, meanwhile: object = None) -> None:
-    """What dh_installsystemd's postinst does: the unit restarted (SIGTERM, then the new
-    version started and READY=1); ``meanwhile`` (a callable) runs while no agent serves."""
+def upgrade(
+    host: HostForm,
+    mode: Mode,
+    to: Installation,
+    figures: Figures,
+    what: str,
+    meanwhile: Callable[[], None] | None = None,
+) -> None:
+    """What dh_installsystemd's postinst does: the unit restarted (SIGTERM, then ``to``'s code
+    started and READY=1); ``meanwhile`` runs while no agent serves. The new code is what runs,
+    and the time the kubelet had no registration of the resource is within its bound."""
     host.agent.stop()
-    if callable(meanwhile):
+    if meanwhile is not None:
         meanwhile()
-    host.start_agent(env={"PYTHONPATH": str(new_version)})
+    host.start_agent(env=to.env)
+    to.assert_runs(host.agent)
+    words = REGISTERED.get(mode.advertise)
+    if words is None:
+        return  # node-status: the Node keeps the capacity, nothing registers
+    lines = host.agent.log().splitlines()
+    stopped = log_time(next(line for line in reversed(lines) if STOPPING in line))
+    registered = log_time(next(line for line in reversed(lines) if words in line))
+    seconds = (registered - stopped).total_seconds()
+    figures.add(
+        host.agent.node.release, f"{what}, {mode.advertise}", f"not registered for {seconds:.2f} s"
+    )
+    bound = UNREGISTERED_IN_UPGRADE[mode.advertise]
+    assert seconds <= bound, f"not registered for {seconds:.2f} s, over the bound of {bound} s"
 
 
 def test_a_package_upgrade_disturbs_no_token_pod(
-    node: RealNode, mode: Mode, host: HostForm, demo: Demo, new_version: Path, figures: Figures
+    node: RealNode,
+    mode: Mode,
+    host: HostForm,
+    demo: Demo,
+    versions: tuple[Installation, Installation],
+    figures: Figures,
 ) -> None:
-    host.start()
+    old, new = versions
+    host.start(env=old.env)
+    old.assert_runs(host.agent)
     demo.apply()
     before = demo.scaled(1)
-    upgrade(host, new_version)
-    log = host.agent.log()
-    assert "token-resource 0.1.0" in log.split(STOPPING)[0]
-    assert f"token-resource {version_of(new_version)} starting" in log.split(STOPPING)[-1]
+    upgrade(host, mode, new, figures, "package upgrade")
     undisturbed(demo, before)
-    words = REGISTERED.get(mode.advertise)
-    if words is not None:
-        lines = log.splitlines()
-        stopped = log_time(next(line for line in reversed(lines) if STOPPING in line))
-        registered = log_time(next(line for line in reversed(lines) if words in line))
-        figures.add(
-            node.release,
-            f"package upgrade, {mode.advertise}",
-            f"not registered for {(registered - stopped).total_seconds():.2f} s",
-        )
+    upgrade(host, mode, old, figures, "package downgrade")
+    undisturbed(demo, before)
 
-    # A pod made while no agent serves the resource: the kubelet admits it, unless the Node's
-    # status has told the scheduler of the device plugin's absence first (it updates every
-    # 10 s), when it waits unscheduled instead.
-    unscheduled: list[str] = []
-    admitted: list[str] = []  # the kubelet's line of its try
+    window = WindowPod(node, mode, demo)
+    upgrade(host, mode, new, figures, "package upgrade", window.make)
+    bound = WINDOW_POD_READY[mode.advertise]
+    running = demo.running(2, timeout=max(1.0, bound - (time.monotonic() - window.made)))
+    ready = time.monotonic() - window.made
+    # Read once the replacement runs: the kubelet's status manager writes a rejection a moment
+    # after it logs it, and the ReplicaSet replaces the pod only once it sees it.
+    rejected = [pod for pod in demo.all() if pod.reason == REJECTED]
+    old_pods = {pod.uid for pod in before}
+    outcome = window.outcome(host, rejected, [pod for pod in running if pod.uid not in old_pods])
+    figures.add(
+        node.release,
+        f"package upgrade, {mode.advertise}: a pod made meanwhile",
+        f"{outcome}, Ready {ready:.1f} s after it was made",
+    )
+    if mode.advertise == "device-plugin":
+        assert bool(rejected) != bool(window.unscheduled), (outcome, rejected)
+    else:
+        assert (rejected, window.unscheduled) == ([], [])
+    assert ready <= bound, f"{outcome}: Ready {ready:.1f} s after it was made, over {bound:.0f} s"
 
-    def a_pod_meanwhile() -> None:
+
+class WindowPod:
+    """A pod made while no agent serves the resource: the kubelet admits it, unless the Node's
+    status has told the scheduler of the device plugin's absence first (it updates every 10 s),
+    when it waits unscheduled instead."""
+
+    def __init__(self, node: RealNode, mode: Mode, demo: Demo) -> None:
+        self.node, self.mode, self.demo = node, mode, demo
+        self.made = 0.0
+        self.admitted: list[str] = []  # the kubelet's line of its try
+        self.unscheduled: list[str] = []
+
+    def make(self) -> None:
+        """The pod made; returns once the kubelet has tried it, or the scheduler refused it."""
+        node, demo = self.node, self.demo
         since = len(node.kubelet.log_text())
+        self.made = time.monotonic()
         demo.scale(2)
 
         def tried_or_refused() -> bool:
-            admitted[:] = tried_new(node, mode, since)
-            if admitted:
+            self.admitted[:] = tried_new(node, self.mode, since)
+            if self.admitted:
                 return True
-            if mode.advertise != "device-plugin":
+            if self.mode.advertise != "device-plugin":
                 return False  # its Node or slices keep offering the tokens
-            unscheduled[:] = [
+            self.unscheduled[:] = [
                 pod.name for pod in demo.waiting() if pod.node is None and demo.pods.refusals(pod)
             ]
-            return bool(unscheduled)
+            return bool(self.unscheduled)
 
         def seen() -> str:
             lines = node.kubelet.log_text()[since:].splitlines()
@@ -172,41 +211,25 @@ def test_a_package_upgrade_disturbs_no_token_pod(
             "the kubelet's (or the scheduler's) try of the new pod", tried_or_refused, show=seen
         )
 
-    upgrade(host, new_version, a_pod_meanwhile)
-    if mode.dra:
-        # Not rejected: its claim's prepare failed, and the kubelet tries it again at its
-        # resync (a minute and up to half of one more; the host's agent may not ask sooner).
-        old = {pod.uid for pod in before}
-        (new,) = [pod for pod in demo.all() if pod.uid not in old and not pod.deleting]
-        assert demo.pods.events(new, "FailedPrepareDynamicResources"), new
-        outcome = "ran" if new.ready else "waits for the kubelet's resync, not rejected"
-        rejected = [pod for pod in demo.all() if pod.reason == REJECTED]
-    else:
-        demo.running(2)
-        # Read once the replacement runs: the kubelet's status manager writes a rejection a
-        # moment after it logs it, and the ReplicaSet replaces the pod only once it sees it.
-        rejected = [pod for pod in demo.all() if pod.reason == REJECTED]
-        outcome = "rejected (UnexpectedAdmissionError), replaced" if rejected else "ran"
-        if unscheduled:
-            outcome = "not scheduled (the Node offered 0 already), ran once the agent was back"
-        elif not rejected and mode.advertise == "device-plugin":
-            # Not expected (no plugin served it): what the kubelet said, and when the new agent
-            # was back, for the failure's message.
-            back = [line for line in host.agent.log().splitlines() if words and words in line]
-            outcome += f" (admitted: {admitted[0][:120]}; agent registered: {back[-1][:23]})"
-    figures.add(
-        node.release, f"package upgrade, {mode.advertise}: a pod the kubelet admitted meanwhile",
-        outcome,
-    )  # fmt: skip
-    if mode.advertise == "device-plugin":
-        assert bool(rejected) != bool(unscheduled), (rejected, unscheduled)
-    else:
-        assert (rejected, unscheduled) == ([], [])
-
-
-def version_of(package: Path) -> str:
-    (info,) = package.glob("token_resource-*.dist-info")
-    return info.name.removeprefix("token_resource-").removesuffix(".dist-info")
+    def outcome(self, host: HostForm, rejected: list[PodView], new: list[PodView]) -> str:
+        """What became of it, once ``new`` (the pods that run now and did not before) run."""
+        if self.mode.dra:
+            # Not rejected: its claim's prepare failed, and the kubelet tried it again at its
+            # resync (the host's agent may not ask sooner).
+            (late,) = new
+            assert self.demo.pods.events(late, "FailedPrepareDynamicResources"), late
+            return "prepared at the kubelet's resync, not rejected"
+        if self.mode.advertise == "node-status":
+            return "ran (the Node kept offering the tokens)"
+        if self.unscheduled:
+            return "not scheduled (the Node offered 0 already), ran once the agent was back"
+        if rejected:
+            return "rejected (UnexpectedAdmissionError), replaced"
+        # Not expected (no plugin served it): what the kubelet said, and when the new agent was
+        # back, for the failure's message.
+        words = REGISTERED[self.mode.advertise]
+        back = [line for line in host.agent.log().splitlines() if words in line]
+        return f"ran (admitted: {self.admitted[0][:120]}; agent registered: {back[-1][:23]})"
 
 
 def tried_new(node: RealNode, mode: Mode, since: int) -> list[str]:

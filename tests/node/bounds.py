@@ -1,0 +1,25 @@
+"""The bounds the real node's tests hold each figure to: the figures docs/dra.md,
+docs/kubernetes.md and docs/install.md publish (cold CI runs on a 2-core machine, 2026-12-05),
+with a margin for a busy CI machine, never the worst case the kubelet allows. A bound is what
+a regression crosses: the kubelet's own retry (its resync, a minute and up to half of one more
+after a failed try) is far outside every one of them but the last."""
+
+from __future__ import annotations
+
+# After a reboot, from the kubelet's start to the token pods Ready in new containers, per way
+# of advertising. DRA: 2.1-4.1 s measured (up to 9.3 s under load), so the minute resync fails
+# it. A device plugin whose pods the kubelet rejected: their replacements, 11.0-11.6 s.
+# node-status: 1.7-2.0 s.
+READY_AFTER_REBOOT = {"dra": 20.0, "device-plugin": 30.0, "node-status": 20.0}
+# A claim allocated while the driver was away, from the driver's registration to its prepare:
+# 0.04-0.23 s measured; the kubelet's own retry would be a minute.
+PREPARED_AFTER_REGISTRATION = 5.0
+# A package upgrade, from the old agent's stop to the new one's registration with the kubelet:
+# a device plugin 0.36-0.94 s, a DRA driver 0.72-1.36 s (the plugin manager's 1 s pass).
+UNREGISTERED_IN_UPGRADE = {"device-plugin": 3.0, "dra": 5.0}
+# The pod made in an upgrade's window, from its creation to Ready: a device plugin's, rejected
+# and replaced (or held unscheduled) while the agent is back in about a second; a DRA pod, whose
+# prepare failed, waits for the kubelet's resync (60-90 s: the host's agent has the node's
+# credentials, which may not nudge a pod; docs/install.md); a node-status pod, whose Node kept
+# offering the tokens, as any pod (about 2 s).
+WINDOW_POD_READY = {"device-plugin": 30.0, "dra": 120.0, "node-status": 20.0}
