@@ -348,9 +348,11 @@ def test_a_plugin_back_within_the_grace_keeps_its_slices(
             # go, its view may still show that one connected.
             connected = registered()
             kubelet.wait_for(
-                lambda view: connected(view)
-                and view.dra is not None
-                and view.dra.drivers[DRIVER].registrations == 2
+                lambda view: (
+                    connected(view)
+                    and view.dra is not None
+                    and view.dra.drivers[DRIVER].registrations == 2
+                )
             )
         finally:
             second.stop()
