@@ -11,6 +11,12 @@ from __future__ import annotations
 # it. A device plugin whose pods the kubelet rejected: their replacements, 11.0-11.6 s.
 # node-status: 1.7-2.0 s.
 READY_AFTER_REBOOT = {"dra": 20.0, "device-plugin": 30.0, "node-status": 20.0}
+# The exception: the host's agent started after the kubelet (not its unit's order,
+# Before=kubelet.service) with DRA. Its node credentials may not nudge a pod, so the pods run
+# when the kubelet syncs them: at once when the driver's health stream reports their devices
+# (1.36, and 1.37 in most runs: 2.6-2.8 s), else at its resync (a 1.37 run of 2026-12-05:
+# 89.5 s). Bounded by the resync, with the margin.
+READY_AFTER_A_LATE_HOST_DRIVER = 120.0
 # A claim allocated while the driver was away, from the driver's registration to its prepare:
 # 0.04-0.23 s measured; the kubelet's own retry would be a minute.
 PREPARED_AFTER_REGISTRATION = 5.0

@@ -22,7 +22,11 @@ from collections.abc import Callable
 import pytest
 
 from tests.kube.client import wait_until
-from tests.node.bounds import UNREGISTERED_IN_UPGRADE, WINDOW_POD_READY
+from tests.node.bounds import (
+    READY_AFTER_A_LATE_HOST_DRIVER,
+    UNREGISTERED_IN_UPGRADE,
+    WINDOW_POD_READY,
+)
 from tests.node.demo import Demo
 from tests.node.figures import Figures, log_time
 from tests.node.host import REGISTERED, HostForm
@@ -90,8 +94,9 @@ def test_a_kubelet_restart_and_reboots_lose_no_token_pod(
         host.start_agent()
         return started
 
+    bound = READY_AFTER_A_LATE_HOST_DRIVER if mode.dra else None
     rejected, _ = measured_reboot(
-        node, mode, demo, now, figures, "host agent after the kubelet", late
+        node, mode, demo, now, figures, "host agent after the kubelet", late, bound
     )
     # The kubelet admits a pod once: a device plugin's is rejected; the others wait.
     assert (rejected > 0) == (mode.advertise == "device-plugin")
