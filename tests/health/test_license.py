@@ -46,6 +46,9 @@ def rlm(product: str = "solver", server: str = "5053@licsrv", tool: str = "rlmut
         (rlm("mesher"), "rlmstat_one_pool.txt", Seats(3, 4)),
         # Three pools of solver: 8 - 2 in use - 2 reserved, 5 - 1, 2 - 3 (none, not -1).
         (rlm(), "rlmstat_pools.txt", Seats(8, 15)),
+        # Two ISV servers, RLM v9's header: 3 - 1 on one, 5 - 1 reserved on the other.
+        (rlm(), "rlmstat_two_isvs.txt", Seats(6, 8)),
+        (rlm("mesher"), "rlmstat_two_isvs.txt", Seats(0, 2)),
     ],
 )
 def test_free_seats_are_issued_less_in_use_summed_over_servers_and_pools(
@@ -78,6 +81,13 @@ def test_free_seats_are_issued_less_in_use_summed_over_servers_and_pools(
         # Not listed: lmstat's last line says nothing wrong, so it is what the message shows.
         (flexlm(), "lmstat_unknown_feature.txt", "no feature MATLAB in lmstat's output: "),
         (flexlm("matlab"), "lmstat_counted.txt", "no feature matlab in lmstat's output"),
+        # Another feature's error is not this one's cause: the message shows lmstat's last
+        # line of its own instead.
+        (
+            flexlm("Simulink"),
+            "lmstat_feature_error.txt",
+            "no feature Simulink in lmstat's output: Feature usage info:",
+        ),
         (
             flexlm(),
             "lmstat_server_down.txt",
@@ -102,7 +112,9 @@ def test_free_seats_are_issued_less_in_use_summed_over_servers_and_pools(
             'no product solver in rlmstat\'s output: Error connecting to "rlm" server on licsrv '
             "(port 5053)",
         ),
+        # The tools' headers (rlmutil v15.2, rlmstat v9.1) are no products.
         (rlm("rlmutil"), "rlmstat_one_pool.txt", "no product rlmutil in rlmstat's output"),
+        (rlm("rlmstat"), "rlmstat_two_isvs.txt", "no product rlmstat in rlmstat's output"),
         (rlm(), "", "no product solver in rlmstat's output"),
     ],
 )

@@ -12,11 +12,14 @@ output, so that every variant is a recorded text in a test.
   ``count: N, # reservations: R, inuse: U, exp: ...``, has N - U - R free (``count:
   uncounted`` has none to count and fails the check): a reserved seat is
   held for the users, hosts or groups the ISV options file names, which a pod's check-out
-  need not be. The pools add up, whatever their version: the probe cannot know which version
-  the pods' programs ask for.
+  need not be. The pools add up, whatever their version and whichever ISV server's section
+  (``ISV license pool status on ...``, up to its ``-----`` rule) lists them: the probe cannot
+  know which version the pods' programs ask for. Only those sections name pools: rlmstat's
+  header (``rlmutil v15.2``) has the shape of a pool's name line too.
 
 Free seats are never negative. A failure names the offending line of the output, or the most
-telling one (the tool's own error) when the asked-for name is missing.
+telling one (the tool's own error) when the asked-for name is missing; another feature's
+``Users of`` line is never that: its error is that feature's.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ _FLEXLM_USERS = re.compile(r"Users of (?P<feature>\S+?):\s+\((?P<detail>.*)\)")
 _FLEXLM_COUNTED = re.compile(
     r"Total of (?P<issued>\d+) licenses? issued;\s+Total of (?P<used>\d+) licenses? in use"
 )
+_RLM_POOLS = re.compile(r"\S+ license pool status on .*")
 _RLM_PRODUCT = re.compile(r"(?P<product>\S+) v\S+?(?:, pool: \d+)?")
 _RLM_POOL = re.compile(
     r"count: (?P<count>\d+), # reservations: (?P<reserved>\d+), inuse: (?P<used>\d+), exp: .*"
@@ -84,14 +88,22 @@ def flexlm_seats(lines: Sequence[str], feature: str) -> Seats | Unreadable:
         else:
             return Unreadable(f"cannot read lmstat's line: {line}")
     if not seats:
-        return _missing("feature", feature, lines, "lmstat")
+        others = [line for line in lines if _FLEXLM_USERS.fullmatch(line) is None]
+        return _missing("feature", feature, others, "lmstat")
     return Seats(sum(s.free for s in seats), sum(s.issued for s in seats))
 
 
 def rlm_seats(lines: Sequence[str], product: str) -> Seats | Unreadable:
     seats = []
     current: str | None = None  # the product of the pool lines that follow
+    in_pools = False  # within an ISV server's pool section
     for line in lines:
+        if _RLM_POOLS.fullmatch(line):
+            in_pools = True
+        elif line.startswith("-----"):
+            in_pools, current = False, None
+        if not in_pools:
+            continue
         named = _RLM_PRODUCT.fullmatch(line)
         if named is not None:
             current = named["product"]
