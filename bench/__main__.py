@@ -1,4 +1,5 @@
-"""``make bench``: run every benchmark, print a markdown report, write bench/RESULTS.md.
+"""``make bench``: run every benchmark, print a markdown report, write bench/RESULTS.md (an
+``--only`` run: bench/results/NAME.md; ``--quick``: nothing).
 
 python -m bench [--quick] [--only NAME ...] [--output PATH]
 """
@@ -47,6 +48,8 @@ from bench.scenarios import (
 from bench.support import Sample
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+# An --only run's report, one file per choice of sections (docs/performance.md quotes them).
+RESULTS_DIR = RESULTS.parent / "results"
 NAMES = (
     "startup",
     "reload",
@@ -123,11 +126,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = render(sections, elapsed, scale, chosen != set(NAMES), load)
     print()
     print(report)
-    output = args.output or (None if args.quick or args.only else RESULTS)
+    output = args.output or (None if args.quick else results_file(args.only))
     if output is not None:
         output.write_text(report)
         print(f"bench: written to {output}", file=sys.stderr)
     return 0
+
+
+def results_file(only: Sequence[str] | None) -> Path:
+    """bench/RESULTS.md for a whole run, bench/results/NAME[-NAME...].md for an --only one."""
+    return RESULTS if not only else RESULTS_DIR / f"{'-'.join(sorted(set(only)))}.md"
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
 # Benchmarks and the long fault tests. Included from the Makefile (`-include bench/*.mk`).
 #
 #   make bench   -> every benchmark (~10 min on 2 cores); a markdown table on stdout and
-#                   bench/RESULTS.md with the machine and versions it ran on
+#                   bench/RESULTS.md with the machine and versions it ran on (an --only
+#                   run: bench/results/NAME.md, which docs/performance.md quotes)
 #                   BENCH_ARGS='--only health probe-idle': the health-probe scenarios alone
 #                   (~2 min); BENCH_ARGS='--only cluster-pools': the cluster-pools
 #                   publisher's failover and idle cost alone (~4 min);

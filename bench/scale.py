@@ -4,18 +4,19 @@ server when the cluster has 100, 1,000 and 5,000 Nodes.
 The control plane is tests/kube's (etcd, kube-apiserver, scheduler, controller manager); kwok
 (``sigs.k8s.io/kwok``, built by ``make kwok``) keeps every Node alive as kubelets would (its
 Lease renewed, Ready), the simulated ones and the real agents' alike. Each simulated node gets
-the ResourceSlice its agent would publish, and a ResourceClaim (no pods: kwok would run them,
-and no agent reads them in steady state). Real agent processes run as nodes of their
-own (node identities signed by the test CA, the host form: one DRA resource and one node-status
-resource each), and one publisher with a cluster pool, as itself (its service account).
+the ResourceSlice its agent would publish, and a ResourceClaim allocated one of its tokens
+(bench/claims.py; no pods: kwok would run them, and no agent reads them in steady state). Real
+agent processes run as nodes of their own (node identities signed by the test CA, the host
+form: one DRA resource and one node-status resource each), and one publisher with a cluster
+pool, as itself (its service account).
 
 What they ask is counted from the API server's audit log (its policy logs only them and
 kwok's Lease renewals), per user, over a steady window, and scaled to an hour; the bytes they
 receive from the TCP sockets' own counters (``ss``'s ``bytes_received``, sampled every second
 for the agents' processes); CPU from each process's rusage. At each size 1,000 claims are
-created and deleted, three times (what a claim's change costs the publisher, beside as many
-standing claims as nodes); at the largest, every real agent is then restarted at once (what a
-mass reboot asks of the API server, per agent).
+created, allocated a seat of the publisher's pool and deleted, three times (what a claim's
+change costs the publisher, beside as many standing claims as nodes); at the largest, every
+real agent is then restarted at once (what a mass reboot asks of the API server, per agent).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.claims import RESOURCE_API, allocated_claim, delete_claim, ensure_class
 from bench.plot import line_chart
 from bench.scenarios import Scale, Section
 from bench.support import cpu_seconds, rss_kib
@@ -53,21 +55,26 @@ from tests.kube.publishers import (
     publisher_config,
     rbac,
 )
+from token_resource.apiserver.objects.slices import cluster_pool_name
+from token_resource.config.names import token_id
 
 DRIVER = "scale.example.com"
 TOKEN = "example.com/token"
 DONGLE = "example.com/dongle"
 SEAT = "example.com/seat"
+SEATS = 20  # the publisher's cluster pool
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-RESOURCE_API = "/apis/resource.k8s.io/v1"
-CLAIMS = f"{RESOURCE_API}/namespaces/default/resourceclaims"
 PUBLISHER_USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 REPO = Path(__file__).resolve().parents[1]
 PLOTS = tuple(
     REPO / "docs" / f"fleet-scale-{name}.svg" for name in ("requests", "bytes", "publisher")
 )
 WRITERS = 8  # connections that create the simulated objects side by side
-CHURN = 1000  # claims created and deleted at each size, in each of CHURN_ROUNDS rounds
+CHURN = 1000  # claims created, allocated, deleted at each size, in each of CHURN_ROUNDS rounds
+# A churned claim's changes, each an event of the publisher's claims watch: created,
+# allocated (its status written), deleted.
+CHANGES_PER_CLAIM = 3
+CHURN_CHANGES = CHANGES_PER_CLAIM * CHURN  # a round's
 CHURN_ROUNDS = 3
 # The audit log: the real agents and the publisher (everything of theirs), kwok's Lease
 # renewals (the kubelets' own traffic, for comparison), nothing else: at 5,000 nodes the rest
@@ -124,10 +131,10 @@ def scale_section(scale: Scale) -> Section:
             # the publisher's CPU time is not its own cost.
             rounds = [fleet.claim_churn(CHURN) for _ in range(CHURN_ROUNDS)]
             churned[size] = min(rounds, key=lambda counts: counts.publisher_cpu)
-            each = ", ".join(f"{r.publisher_cpu * 1000 / (2 * CHURN):.2f}" for r in rounds)
+            each = ", ".join(f"{r.publisher_cpu * 1000 / CHURN_CHANGES:.2f}" for r in rounds)
             section.add(
-                f"{size} nodes, {size} claims standing: {CHURN:,} more created and deleted",
-                f"{churned[size].churn_line(2 * CHURN)} (the least of rounds of {each} ms)",
+                f"{size} nodes, {size} claims standing: {CHURN:,} more created, allocated, deleted",
+                f"{churned[size].churn_line(CHURN_CHANGES)} (the least of rounds of {each} ms)",
             )
         section.add(
             f"{sizes.nodes[-1]} nodes: every agent restarted at once, first minute per agent",
@@ -173,7 +180,7 @@ def write_plots(measured: dict[int, Counts], churned: dict[int, Counts]) -> None
             "CPU, s per hour": [(n, measured[n].publisher_cpu_hourly) for n in sizes],
             "RSS, MiB": [(n, measured[n].publisher_rss_kib / 1024) for n in sizes],
             "CPU, ms per claim change": [
-                (n, churned[n].publisher_cpu * 1000 / (2 * CHURN)) for n in sizes
+                (n, churned[n].publisher_cpu * 1000 / CHURN_CHANGES) for n in sizes
             ],
         },
     )
@@ -243,15 +250,6 @@ def node_slice(node: str) -> dict[str, Any]:
             "pool": {"name": f"{node}-token", "generation": 1, "resourceSliceCount": 1},
             "devices": devices,
         },
-    }
-
-
-def new_claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "t"}}]}},
     }
 
 
@@ -364,7 +362,9 @@ class Fleet:
         rbac(self.cp)
         kubeconfig = account_kubeconfig(self.cp, self.directory / "publisher.conf")
         process = AgentProcess(self.directory / "publisher", self.directory / "unused", "publisher")
-        process.write_config(publisher_config(kubeconfig, DRIVER, cluster_resource(SEAT, 20)))
+        process.write_config(publisher_config(kubeconfig, DRIVER, cluster_resource(SEAT, SEATS)))
+        for resource in (TOKEN, SEAT):
+            ensure_class(self.cp, DRIVER, resource)
         process.start()
         self.publisher = process
 
@@ -398,7 +398,7 @@ class Fleet:
         def add(client: KubeClient, name: str) -> None:
             client.request("POST", "/api/v1/nodes", new_node(name))
             client.request("POST", f"{RESOURCE_API}/resourceslices", node_slice(name))
-            client.request("POST", CLAIMS, new_claim(f"{name}-claim"))
+            allocated_claim(client, f"{name}-claim", TOKEN, DRIVER, f"{name}-token", token_id(0))
 
         side_by_side(self.cp, [f"kwok-{index}" for index in range(self.nodes, size)], add)
         self.nodes = size
@@ -442,14 +442,26 @@ class Fleet:
         publisher_cpu = cpu_seconds(pid_of(self.publisher))
         cpu_before = [cpu_seconds(pid_of(a)) for a in self.agents]
         began = time.monotonic()
+        # A seat of the publisher's pool each, as the scheduler would allocate it.
+        pool = cluster_pool_name(SEAT)
         for index in range(count):
             name = f"churn-{index}"
-            self.cp.admin.request("POST", CLAIMS, new_claim(name))
-            self.cp.admin.request("DELETE", f"{CLAIMS}/{name}")
+            device = token_id(index % SEATS)
+            allocated_claim(self.cp.admin, name, SEAT, DRIVER, pool, device)
+            if index == 0:
+                # The claims are what the publisher keeps, not what it drops: it counts this
+                # one among its pool's allocated seats.
+                wait_until("the publisher counts the churned claim", self._seat_allocated, 30)
+            delete_claim(self.cp.admin, name)
         elapsed = time.monotonic() - began
         # The publisher handles the last events after the last DELETE has returned.
         settle_cpu(pid_of(self.publisher))
         return self._counts(start, elapsed, [0] * len(self._pids()), cpu_before, publisher_cpu)
+
+    def _seat_allocated(self) -> bool:
+        assert self.publisher is not None
+        [pool] = self.publisher.status_json()["cluster_pools"]["pools"]
+        return bool(pool["allocated"] == 1)
 
     def _audit_mark(self) -> str:
         return audit_time()
