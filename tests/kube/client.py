@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from tests.standin.apiserver.certificates import CertificateAuthority, KeyPair, client_context
@@ -96,3 +97,9 @@ def wait_until(
         time.sleep(interval)
     seen = show() if show is not None else last
     raise AssertionError(f"{what}: not within {timeout} s; saw: {seen!r}")
+
+
+def resource_version(event: Mapping[str, Any]) -> int:
+    """The resourceVersion an audited list or watch asked from; 0 for none."""
+    found = re.search(r"[?&]resourceVersion=([0-9]+)", event["requestURI"])
+    return int(found[1]) if found else 0

@@ -86,14 +86,14 @@ def rbac(control_plane: ControlPlane) -> None:
     )
 
 
-def account_kubeconfig(control_plane: ControlPlane, path: Path) -> Path:
+def account_kubeconfig(control_plane: ControlPlane, path: Path, server: str | None = None) -> Path:
     """A kubeconfig with a token of the publisher's ServiceAccount (a TokenRequest bound to
-    nothing: the publisher needs no node)."""
+    nothing: the publisher needs no node), for ``server`` if given (a relay's address)."""
     answer = control_plane.admin.create(
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{ACCOUNT}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )
-    return control_plane.token_kubeconfig(answer["status"]["token"], path)
+    return control_plane.write_kubeconfig(path, token=answer["status"]["token"], server=server)
 
 
 def publisher_config(kubeconfig: Path, driver: str, resources: str, timing: str = "") -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.harness import AgentProcess
-from tests.kube.client import JSON_PATCH, wait_until
+from tests.kube.client import JSON_PATCH, resource_version, wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_cp_dra import SLICES, config
 from tests.paths import short_temporary_directory
@@ -142,11 +142,6 @@ def agent_requests(plane: ControlPlane, since: int) -> list[dict[str, Any]]:
         for e in events
         if e["stage"] == ("ResponseStarted" if e["verb"] == "watch" else "ResponseComplete")
     ]
-
-
-def resource_version(event: dict[str, Any]) -> int:
-    found = re.search(r"[?&]resourceVersion=([0-9]+)", event["requestURI"])
-    return int(found[1]) if found else 0
 
 
 def reads(requests: list[dict[str, Any]], resource: str) -> list[dict[str, Any]]:
