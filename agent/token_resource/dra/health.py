@@ -12,13 +12,13 @@ and changes no allocation: the ResourceSlices' taints keep new pods off unhealth
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc.aio
 
+from token_resource._compat import wait_set
 from token_resource.config.model import ResourceSpec
 from token_resource.config.names import token_id
 from token_resource.health.state import ALL_HEALTHY, TokenHealth
@@ -77,5 +77,4 @@ class HealthService:
         while not self._closed:
             changed = self._changed
             yield self.response()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(changed.wait(), RESEND_SECONDS)
+            await wait_set(changed, RESEND_SECONDS)

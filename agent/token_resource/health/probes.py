@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from token_resource._compat import within
 from token_resource.config.diff import describe_check
 from token_resource.config.model import (
     COMMAND,
@@ -104,7 +105,7 @@ async def run_command(argv: Sequence[str], timeout: float) -> Finished | str:
     except OSError as error:
         return f"cannot run {argv[0]}: {error.strerror or error}"
     try:
-        output, _ = await asyncio.wait_for(process.communicate(), timeout)
+        output, _ = await within(process.communicate(), timeout)
     except asyncio.TimeoutError:
         _kill_group(process.pid)
         await _reap(process)
@@ -172,7 +173,7 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
     await process.wait()
     if process.stdout is not None:
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(process.stdout.read(), REAP_SECONDS)
+            await within(process.stdout.read(), REAP_SECONDS)
 
 
 def _kill_group(pid: int) -> None:
@@ -184,7 +185,7 @@ async def _tcp(probe: ProbeSpec, count: int) -> Outcome:
     host, _, port = str(probe.target).rpartition(":")
     host = host[1:-1] if host.startswith("[") else host
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), probe.timeout)
+        _, writer = await within(asyncio.open_connection(host, int(port)), probe.timeout)
     except asyncio.TimeoutError:
         return _all(count, False, f"no connection to {probe.target} within {probe.timeout:g} s")
     except OSError as error:
@@ -198,7 +199,7 @@ async def _tcp(probe: ProbeSpec, count: int) -> Outcome:
 async def _http(probe: ProbeSpec, count: int) -> Outcome:
     url = str(probe.target)
     try:
-        status = await asyncio.wait_for(_get_status(url), probe.timeout)
+        status = await within(_get_status(url), probe.timeout)
     except asyncio.TimeoutError:
         return _all(count, False, f"GET {url}: no answer within {probe.timeout:g} s")
     except (OSError, ValueError) as error:
@@ -242,7 +243,7 @@ async def _path(probe: ProbeSpec, count: int) -> Outcome:
     )
     try:
         # In a thread: a stat on a hung network mount must not stop the loop.
-        found = await asyncio.wait_for(asyncio.to_thread(_existing, paths), probe.timeout)
+        found = await within(asyncio.to_thread(_existing, paths), probe.timeout)
     except asyncio.TimeoutError:
         return _all(count, False, f"{template}: no answer within {probe.timeout:g} s")
     if not per_token:

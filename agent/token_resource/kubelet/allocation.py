@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
+from token_resource._compat import within
 from token_resource.observe.report import Holder
 from token_resource.protocol import podresources_pb2 as pb
 from token_resource.protocol.podresources import GET_ALLOCATABLE_RESOURCES, LIST
@@ -40,7 +41,7 @@ async def read_allocation(
     """The allocations of ``resources`` (other resources are left out), both calls within
     ``timeout`` together; or AllocationUnknown."""
     try:
-        return await asyncio.wait_for(_read(socket, frozenset(resources)), timeout)
+        return await within(_read(socket, frozenset(resources)), timeout)
     except asyncio.TimeoutError:
         raise AllocationUnknown(
             f"the kubelet's PodResources API at {socket} did not answer within {timeout:g} s"

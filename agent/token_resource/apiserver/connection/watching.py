@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 from urllib.parse import urlencode
 
+from token_resource._compat import wait_set
 from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError, Watch
 from token_resource.apiserver.connection.credentials import load_credentials
 from token_resource.config.model import KubernetesSettings
@@ -88,8 +89,7 @@ async def watch_until(
             delay = FIRST_RETRY_DELAY
             continue
         log.info("watch of %s stopped, resuming in %g s: %s", path, delay, failure)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(wake.wait(), delay)
+        await wait_set(wake, delay)
         delay = min(delay * 2, MAX_RETRY_DELAY)
     return None
 

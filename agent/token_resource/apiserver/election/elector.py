@@ -31,7 +31,6 @@ one (client-go bounds a renewal's tries by the renew deadline).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import random
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from token_resource._compat import wait_set
 from token_resource.apiserver.connection.client import ApiClient, ApiError, KubeError
 from token_resource.apiserver.connection.credentials import (
     SERVICE_ACCOUNT_DIR,
@@ -226,8 +226,7 @@ class LeaderElector:
             self._report()
             # The leader renews every retry_period; candidates spread out (client-go's jitter).
             wait = retry if self.leading else retry * (1 + random.random() * JITTER_FACTOR)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
+            await wait_set(stop, wait)
 
     def _renewed(self, began: float) -> None:
         self._renewed_at = began

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from token_resource._compat import wait_set
 from token_resource.apiserver.connection.client import KubeError
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,7 @@ class Keeper(abc.ABC, Generic[Wanted]):
         next sync comes after a short wait, or at once when something else is wanted."""
 
     async def _wait_for_wake(self, timeout: float | None) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        await wait_set(self._wake, timeout)
 
     async def _keep_true(self) -> None:
         delay = FIRST_RETRY_DELAY
