@@ -18,8 +18,9 @@ import pytest
 
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority, Rule
 from tests.standin.apiserver.wire import LoggedRequest
-from token_resource.apiserver.connection.client import ApiClient
+from token_resource.apiserver.connection.client import REQUEST_TIMEOUT, ApiClient
 from token_resource.apiserver.connection.credentials import load_credentials
+from token_resource.apiserver.connection.watching import Cursor, watch_until
 from token_resource.apiserver.keeping.node_capacity import NodeStatusAdvertiser
 from token_resource.apiserver.keeping.node_slices import PoolWanted, SlicePublisher
 from token_resource.apiserver.objects.node import NODES_PATH, OWNED_ANNOTATION
@@ -324,3 +325,42 @@ def test_a_node_older_than_the_watch_history_is_watched_from_the_list_not_in_a_l
     assert len(of(view, NODES_PATH, watch=False)) == 1
     assert len(of(view, NODES_PATH, watch=True)) == 1
     assert writes(view) == []  # it held what was wanted
+
+
+def test_a_watch_opened_into_a_partition_ends_at_once_when_cancelled(
+    apiserver: ApiServerStandin, settings: KubernetesSettings
+) -> None:
+    """The API server holds the watch's request unanswered (the agent cut off): cancelled,
+    the watch's worker thread ends then, not at its socket's timeout, which the event loop's
+    shutdown waits for (a publisher once did not stop in 20 s of SIGTERM: seed 4028708922 of
+    tests/publisher/test_cluster_publisher_chaos.py)."""
+    user = f"system:node:{NODE}"
+
+    def held(view: ApiServerView) -> bool:
+        return any(h.identity == user and "watch=true" in h.query for h in view.held)
+
+    async def scenario() -> float:
+        watching = asyncio.ensure_future(
+            watch_until(
+                settings,
+                SLICES_PATH,
+                f"spec.nodeName={NODE}",
+                Cursor("1"),
+                lambda _: None,
+                asyncio.Event(),
+            )
+        )
+        await until(apiserver, held, "the watch held")
+        watching.cancel()
+        await asyncio.wait({watching})
+        return time.monotonic()
+
+    apiserver.cut_off(user=user)
+    cancelled = asyncio.run(scenario())  # which returns once its worker threads have ended
+    ended = time.monotonic() - cancelled
+    print(f"the watch's thread ended {ended:.3f} s after its task was cancelled")
+    assert ended < REQUEST_TIMEOUT / 2
+    view = apiserver.wait_for(
+        lambda v: any(h.identity == user and "watch=true" in h.query for h in v.dropped), DEADLINE
+    )
+    assert not held(view)

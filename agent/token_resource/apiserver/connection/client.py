@@ -122,16 +122,30 @@ class ApiClient:
     def delete(self, path: str) -> dict[str, Any]:
         return self._request("DELETE", path)
 
-    def watch(self, path: str, timeout: float) -> Watch:
+    def watch(
+        self,
+        path: str,
+        timeout: float,
+        connected: Callable[[socket.socket], None] | None = None,
+    ) -> Watch:
         """A watch of the collection at ``path`` (with its query): its events, as the API
-        server sends them, until it ends the watch or :meth:`Watch.close` is called."""
-        connection = self._connect(timeout)
+        server sends them, until it ends the watch or :meth:`Watch.close` is called.
+
+        Connecting and the response's headers take at most the client's request timeout;
+        ``timeout`` bounds each read of the events after that. ``connected`` gets the socket
+        as soon as there is one, so that another thread can shut it down while the watch is
+        still being opened (into a partition, say).
+        """
+        connection = self._connect(self._timeout)
         try:
             # Connected first, to keep the socket: a response that will close the connection
             # takes it from the connection (http.client), and close() must reach it.
             self._read(connection.connect)
             sock = connection.sock
+            if connected is not None:
+                connected(sock)
             response = self._send(connection, "GET", path)
+            sock.settimeout(timeout)
         except KubeError:
             connection.close()  # an ApiError closed it already; a broken transport did not
             raise

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -190,23 +191,35 @@ def _pump(
 
 
 class _Opening:
-    """A watch being opened in a thread, which its opener may abandon meanwhile."""
+    """A watch being opened in a thread, which its opener may abandon meanwhile: its socket
+    is shut down at whatever stage the opening has reached, so the thread ends at once rather
+    than at its timeout (which the loop's shutdown would wait for)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
         self._watch: Watch | None = None
         self._abandoned = False
 
     def open(self, client: ApiClient, path: str, timeout: float) -> Watch:
-        watch = client.watch(path, timeout)
+        watch = client.watch(path, timeout, connected=self._connected)
         with self._lock:
             self._watch = watch
             if self._abandoned:
                 watch.close()
         return watch
 
+    def _connected(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socket = sock
+            if self._abandoned:
+                raise KubeError("watch abandoned as it was opened")
+
     def abandon(self) -> None:
         with self._lock:
             self._abandoned = True
             if self._watch is not None:
                 self._watch.close()
+            elif self._socket is not None:
+                with contextlib.suppress(OSError):
+                    self._socket.shutdown(socket.SHUT_RDWR)
