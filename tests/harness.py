@@ -136,7 +136,10 @@ class AgentProcess:
         environ = {
             k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")
         }
-        environ.update({"NOTIFY_SOCKET": str(self.notify.path), **(env or {})})
+        # A stop that hangs dumps every thread's stack (SIGABRT, below) into the log.
+        environ.update(
+            {"NOTIFY_SOCKET": str(self.notify.path), "PYTHONFAULTHANDLER": "1", **(env or {})}
+        )
         # This run's READY=1, not an earlier run's (an agent started again after a stop).
         mark = len(self.notify.assignments())
         with self.log_path.open("ab") as log:
@@ -180,11 +183,20 @@ class AgentProcess:
         self.process.send_signal(signum)
 
     def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM, then wait; returns the exit status."""
+        """SIGTERM, then wait; returns the exit status. An agent still running after
+        ``timeout`` is aborted, and the failure shows where each of its threads stood."""
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(10)
+            raise AssertionError(
+                f"the agent did not stop within {timeout:g} s of SIGTERM; its log's end, with "
+                f"its threads' stacks:\n{self.log()[-12000:]}"
+            ) from None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

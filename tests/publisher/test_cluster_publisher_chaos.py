@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -45,6 +46,7 @@ pytestmark = pytest.mark.timeout(600)
 
 ROUNDS = int(os.environ.get("TOKEN_RESOURCE_CHAOS_ROUNDS", "50"))
 TOKENS = 5
+REPO = Path(__file__).resolve().parents[2]
 SETTLE = 30.0  # seconds a round may take to settle: a take-over needs about a lease duration
 
 
@@ -231,7 +233,10 @@ def writes_past_deadline(view: ApiServerView, cuts: list[Cut]) -> list[str]:
 
 # 113: the Lease record still named a holder that had stopped leading (cut off past its
 # deadline, just reconnected), and the round cut it off again waiting for it to lose it.
-@seeds(113)
+# 4028708922 (Python 3.9): a publisher SIGTERMed as the Lease changed hands never stopped: its
+# keeper, cancelled in the tick it was woken, went on (asyncio.wait_for before 3.12), and a
+# watch opened into a cut held its thread to the socket's timeout.
+@seeds(113, 4028708922)
 def test_random_kills_terms_and_cut_offs_keep_one_writer_and_a_complete_pool(
     apiserver: ApiServerStandin, tmp_path: Path, rng: random.Random
 ) -> None:
@@ -338,3 +343,35 @@ def test_a_holder_cut_off_halfway_through_a_pool_gets_none_of_the_rest_written_l
         # Its write was dropped unanswered, and the generation written whole once it led again.
         assert any(h.identity == user and "/resourceslices/" in h.path for h in view.dropped)
         assert complete(view, 200)
+
+
+def systemd_stop_timeout() -> float:
+    """The unit's TimeoutStopSec: past it, systemd kills the agent and the unit fails."""
+    unit = (REPO / "systemd" / "token-resource.service").read_text()
+    match = re.search(r"^TimeoutStopSec=(\d+)s$", unit, re.MULTILINE)
+    assert match, "no TimeoutStopSec in the unit"
+    return float(match.group(1))
+
+
+def test_a_publisher_cut_off_stops_before_systemd_would_kill_it(
+    apiserver: ApiServerStandin, tmp_path: Path
+) -> None:
+    """SIGTERM while the API server does not answer (a partition): a publisher waiting for the
+    answers to its requests and to a watch it opens into the cut ends within the unit's stop
+    timeout all the same (the watch at once, a request at its own timeout), the Lease left to
+    expire."""
+    with publishers(apiserver, tmp_path, 1, tokens=TOKENS) as running:
+        chaos = Chaos(apiserver, running)
+        (leader,) = running
+        chaos.settle()
+        user = account(leader)
+        apiserver.cut_off(user=user)
+        # It stops leading, wants its slices again and opens a watch into the cut.
+        running[leader].wait_for_log(" lost: ")
+        apiserver.wait_for(lambda v: sum(h.identity == user for h in v.held) >= 2, timeout=SETTLE)
+        began = time.monotonic()
+        assert running[leader].stop() == 0
+        stopped = time.monotonic() - began
+        print(f"stopped {stopped:.2f} s after SIGTERM")
+        assert stopped < systemd_stop_timeout()
+        apiserver.reconnect(user=user)
