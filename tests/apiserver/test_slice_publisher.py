@@ -19,7 +19,7 @@ from token_resource.apiserver.connection.client import ApiClient, Credentials, K
 from token_resource.apiserver.connection.credentials import load_credentials
 from token_resource.apiserver.keeping.keeper import FIRST_RETRY_DELAY
 from token_resource.apiserver.keeping.node_slices import PoolWanted, SlicePublisher
-from token_resource.apiserver.keeping.slicesync import SliceScope, sync_slices
+from token_resource.apiserver.keeping.slicesync import NotPublishing, SliceScope, sync_slices
 from token_resource.apiserver.objects.slices import (
     SLICES_PATH,
     Pool,
@@ -203,6 +203,24 @@ def test_a_sync_never_changes_a_cluster_pools_slices_of_its_driver(
     assert pool_size(apiserver.snapshot()) is None
     [kept] = apiserver.snapshot().slices_of(driver=DRIVER)
     assert (kept["spec"]["pool"], kept["metadata"]["generation"]) == (cluster["spec"]["pool"], 1)
+
+
+def test_a_sync_that_may_no_longer_write_writes_nothing_and_says_why(
+    apiserver: ApiServerStandin, tmp_path: Path
+) -> None:
+    """``may_write()`` says no (the publisher lost its lead): no write, and an error whose
+    text the keeper's warning quotes (it once quoted an empty one)."""
+    apiserver.add_token("admin")
+    admin = KubernetesSettings(
+        kubeconfig=apiserver.write_kubeconfig(tmp_path / "admin.conf", token="admin"),
+        node_name=NODE,
+    )
+    scope = SliceScope("", f"node {NODE}", cluster=False, owner=lambda client: None)
+    pool = Pool(DRIVER, pool_name(NODE, TOKEN), node_placement(NODE), TOKEN, 3)
+    with ApiClient(load_credentials(admin)) as client, pytest.raises(NotPublishing) as raised:
+        sync_slices(client, scope, DRIVER, [pool], {}, may_write=lambda: False)
+    assert str(raised.value) == "no longer leading: the rest is left to the publisher that leads"
+    assert apiserver.snapshot().slices_of(driver=DRIVER) == []
 
 
 def cluster_slice(driver: str, resource: str, count: int) -> dict[str, Any]:

@@ -41,6 +41,10 @@ class TaintsDropped(Exception):
 class NotPublishing(KubeError):
     """This publisher may no longer write (another publishes in its place) halfway through."""
 
+    def __init__(self) -> None:
+        # What the keeper's "not applied" warning quotes.
+        super().__init__("no longer leading: the rest is left to the publisher that leads")
+
 
 # Each write is checked by a new list; a node whose slices keep changing under the agent
 # (another writer) is a failure, retried with backoff, not a busy loop.
