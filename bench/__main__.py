@@ -30,6 +30,7 @@ from bench.dra import dra_section
 from bench.dra_start import dra_start_section
 from bench.floor import floor_section
 from bench.health import health_section
+from bench.mass_restart import mass_restart_section
 from bench.probe_idle import probe_idle_section
 from bench.scale import scale_section
 from bench.scenarios import (
@@ -66,6 +67,7 @@ NAMES = (
     "large",
     "scale",
     "claim-churn",
+    "mass-restart",
     "compare",
 )
 
@@ -83,6 +85,7 @@ SECTIONS: dict[str, Callable[[Scale], Section]] = {
     "large": large_section,
     "scale": scale_section,
     "claim-churn": claim_churn_section,
+    "mass-restart": mass_restart_section,
 }
 
 

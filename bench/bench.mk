@@ -11,6 +11,9 @@
 #                   TOKEN_RESOURCE_BENCH_SCALE_WINDOW=N seconds of steady state per size,
 #                   default 900); BENCH_ARGS='--only claim-churn': what a claim's change costs
 #                   the publisher at 100, 1,000 and 5,000 standing claims (~2 min);
+#                   BENCH_ARGS='--only mass-restart': the fleet at 1,000 Nodes
+#                   (TOKEN_RESOURCE_BENCH_MASS_RESTART_NODES=N; 100 with --quick), every real
+#                   agent restarted at once, its first minute by verb and resource (~5 min);
 #                   TOKEN_RESOURCE_BENCH_PROBE_IDLE_SECONDS=N sets probe-idle's window
 #                   (default 60 s, 20 s with --quick)
 #   make soak    -> tests/agent/test_faults.py with many more iterations (TOKEN_RESOURCE_SOAK=1)

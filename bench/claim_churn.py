@@ -19,9 +19,9 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
+from bench.audit import AUDIT_POLICY
 from bench.claims import allocated_claim
 from bench.scale import (
-    AUDIT_POLICY,
     CHURN,
     CHURN_CHANGES,
     CHURN_ROUNDS,

@@ -2,7 +2,8 @@
 exists, then allocated (``status.allocation`` written, as the scheduler writes it) from a
 driver's pool, so that the publisher's claims watch reads and keeps each one
 (apiserver/keeping/allocations.py: a claim with no result of its driver is dropped at once,
-the cheapest path there is).
+the cheapest path there is); and the pods that hold a node's token (``token_pod``), for the
+real scheduler to place.
 """
 
 from __future__ import annotations
@@ -51,3 +52,26 @@ def delete_claim(client: KubeClient, name: str) -> None:
     status, answer = client.request("DELETE", f"{CLAIMS}/{name}")
     if status != 200:
         raise AssertionError(f"DELETE {CLAIMS}/{name}: {status} {answer}")
+
+
+def token_pod(client: KubeClient, node: str, resource: str) -> None:
+    """A claim of one token of ``resource`` and a pod on ``node`` holding it (both
+    ``<node>-token``), for the scheduler to place."""
+    name = f"{node}-token"
+    request = {"name": REQUEST, "exactly": {"deviceClassName": device_class_name(resource)}}
+    claim = {"metadata": {"name": name}, "spec": {"devices": {"requests": [request]}}}
+    client.create(CLAIMS, claim)
+    container = {
+        "name": "app",
+        "image": "example:1",
+        "resources": {"claims": [{"name": "token", "request": REQUEST}]},
+    }
+    spec = {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "resourceClaims": [{"name": "token", "resourceClaimName": name}],
+        "containers": [container],
+        # The API server's TaintNodesByCondition puts this on every new Node; without a
+        # node-lifecycle controller (tests/kube/controlplane.py) nothing takes it off.
+        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+    }
+    client.create("/api/v1/namespaces/default/pods", {"metadata": {"name": name}, "spec": spec})
