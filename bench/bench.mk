@@ -1,7 +1,7 @@
 # Benchmarks and the long fault tests. Included from the Makefile (`-include bench/*.mk`).
 #
-#   make bench   -> every benchmark (~10 min on 2 cores); a markdown table on stdout and
-#                   bench/RESULTS.md with the machine and versions it ran on (an --only
+#   make bench   -> every benchmark (~70 min on 2 cores, 51 of them scale's); a markdown table
+#                   on stdout and bench/RESULTS.md with the machine and versions it ran on (an --only
 #                   run: bench/results/NAME.md, which docs/performance.md quotes)
 #                   BENCH_ARGS='--only health probe-idle': the health-probe scenarios alone
 #                   (~2 min); BENCH_ARGS='--only cluster-pools': the cluster-pools
