@@ -8,8 +8,9 @@
 #                           caches make a second run a few seconds of checking. Each
 #                           program says the k8s.io/kubernetes version it was built from
 #                           (`kubectl version`, the API server's /version).
-#                           And helm (tests/kube/go/helm, a module of its own: helm's k8s.io
-#                           pins stay out of the release modules) -> $(KUBE_BIN)/helm/helm;
+#                           And helm (`make helm-program` alone: tests/kube/go/helm, a module
+#                           of its own, helm's k8s.io pins out of the release modules)
+#                           -> $(KUBE_BIN)/helm/helm;
 #                           the Prometheus Operator's PrometheusRule CRD (tests/kube/go/crds)
 #                           -> $(KUBE_BIN)/crds/.
 #   make kube-test       -> tests/kube against them (and the Helm chart's tests)
@@ -25,9 +26,19 @@ HELM := $(KUBE_BIN)/helm/helm
 # pyproject.toml's version, as packaging/deb.mk reads it.
 CHART_VERSION = $(PYPROJECT_VERSION)
 
-.PHONY: kube-programs kube-test chart
+.PHONY: helm-program kube-programs kube-test chart
 
-kube-programs:
+# helm alone: all `make chart` needs (a minute, not the Kubernetes programs' build).
+helm-program:
+	@command -v go >/dev/null || { echo "helm-program: Go 1.26 or newer is needed on PATH" >&2; exit 1; }
+	echo "helm-program: helm"
+	cd tests/kube/go/helm && \
+	version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4) && \
+	go build -trimpath -buildvcs=false \
+		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$version" \
+		-o $(HELM) helm.sh/helm/v4/cmd/helm
+
+kube-programs: helm-program
 	@command -v go >/dev/null || { echo "kube-programs: Go 1.26 or newer is needed on PATH" >&2; exit 1; }
 	for release in $(KUBE_RELEASES); do \
 		echo "kube-programs: Kubernetes $$release"; \
@@ -37,12 +48,6 @@ kube-programs:
 			-ldflags "-X k8s.io/component-base/version.gitVersion=$$version" \
 			-o $(KUBE_BIN)/v$$release/ ./... k8s.io/kubernetes/cmd/kubelet) || exit 1; \
 	done
-	echo "kube-programs: helm"
-	cd tests/kube/go/helm && \
-	version=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4) && \
-	go build -trimpath -buildvcs=false \
-		-ldflags "-X helm.sh/helm/v4/internal/version.version=$$version" \
-		-o $(HELM) helm.sh/helm/v4/cmd/helm
 	echo "kube-programs: the Prometheus Operator's PrometheusRule CRD"
 	cd tests/kube/go/crds && \
 	go mod download github.com/prometheus-operator/prometheus-operator && \
@@ -54,7 +59,7 @@ kube-test: kube-programs $(NEWEST)/.installed
 	$(call run_pytest,$(NEWEST)/bin/python,TOKEN_RESOURCE_KUBE_BIN=$(KUBE_BIN),-p no:cacheprovider tests/kube $(KUBE_TEST_ARGS))
 
 # The chart with pyproject.toml's version (Chart.yaml says the same: tests/kube/test_chart.py).
-chart: kube-programs
+chart: helm-program
 	mkdir -p dist
 	$(HELM) lint --strict deploy/helm/token-resource
 	@[ -n "$(CHART_VERSION)" ] || { echo "chart: no version from pyproject.toml" >&2; exit 1; }
