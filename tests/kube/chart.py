@@ -21,6 +21,8 @@ CHART = ROOT / "deploy" / "helm" / "token-resource"
 EXAMPLES = ROOT / "deploy" / "helm" / "examples"
 DEPLOY = ROOT / "deploy" / "kubernetes"
 CONFIG_FILE = "token-resource.toml"
+# The pods' digest of the settings the agent applies only when it starts.
+RESTART_ANNOTATION = "checksum/restart-settings"
 # What the chart labels every object with beyond what the overlays do (`helm create`'s set).
 HELM_LABELS = frozenset(
     {
@@ -120,6 +122,12 @@ def comparable_chart_object(chart: Object, overlay: Object) -> Object:
         labels.pop(name, None)
     if not labels:
         chart["metadata"].pop("labels", None)
+    template = chart.get("spec", {}).get("template", {}).get("metadata", {})
+    # Helm rolls the pods for the restart-only settings (test_chart_restart.py); kustomize
+    # has no templates: `kubectl rollout restart` after such an edit (docs/kubernetes.md).
+    template.get("annotations", {}).pop(RESTART_ANNOTATION, None)
+    if template.get("annotations") == {}:
+        del template["annotations"]
     return parsed_config(chart)
 
 

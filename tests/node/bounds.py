@@ -29,3 +29,8 @@ UNREGISTERED_IN_UPGRADE = {"device-plugin": 3.0, "dra": 5.0}
 # credentials, which may not nudge a pod; docs/install.md); a node-status pod, whose Node kept
 # offering the tokens, as any pod (about 2 s).
 WINDOW_POD_READY = {"device-plugin": 30.0, "dra": 120.0, "node-status": 20.0}
+# A helm upgrade that changes a restart-only setting ([metrics] on), from the upgrade to the old
+# agent's pod gone and the new one Ready (device plugin): the rollout's new pod first, then the
+# old one's grace. 8.8-9.1 s measured (2026-12-06, 1.36 and 1.37); without the chart's
+# checksum/restart-settings annotation it never rolls.
+ROLLED_BY_HELM = 30.0

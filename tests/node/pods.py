@@ -30,6 +30,7 @@ class PodView:
     container_ids: tuple[str, ...]
     uid: str
     deleting: bool  # its deletion asked for (terminating)
+    ip: str  # status.podIP: on the pods' bridge, which the node's host reaches
 
     @classmethod
     def of(cls, pod: Any) -> PodView:
@@ -47,6 +48,7 @@ class PodView:
             tuple(c.get("containerID", "") for c in containers),
             pod["metadata"]["uid"],
             "deletionTimestamp" in pod["metadata"],
+            status.get("podIP", ""),
         )
 
     @property

@@ -101,6 +101,19 @@ def validate_config(main: Path) -> Validation:
     return _validate(main, documents, errors)
 
 
+# The settings a reload may not change: the agent serves from the old ones until it restarts
+# (the chart rolls its pods when one of them changes: deploy/helm's restartSettings).
+RESTART_ONLY = (
+    "agent.device_plugin_dir",
+    "metrics.textfile",
+    "metrics.listen",
+    "dra.driver",
+    "dra.plugins_registry_dir",
+    "dra.plugins_dir",
+    "dra.cdi_dir",
+)
+
+
 def load_reload(
     main: Path,
     running: AgentSettings,
@@ -113,19 +126,15 @@ def load_reload(
     of a setting that only a restart applies (the agent serves from the old one until then).
     """
     config = load_config(main)
-    restart_only = (
-        ("agent.device_plugin_dir", running.device_plugin_dir, config.agent.device_plugin_dir),
-        ("metrics.textfile", running_metrics.textfile, config.metrics.textfile),
-        ("metrics.listen", running_metrics.listen, config.metrics.listen),
-        *(
-            (f"dra.{key}", getattr(running_dra, key), getattr(config.dra, key))
-            for key in ("driver", "plugins_registry_dir", "plugins_dir", "cdi_dir")
-        ),
-    )
-    for key, before, after in restart_only:
+    before_tables = {"agent": running, "metrics": running_metrics, "dra": running_dra}
+    after_tables = {"agent": config.agent, "metrics": config.metrics, "dra": config.dra}
+    for key in RESTART_ONLY:
+        table, _, name = key.partition(".")
+        before = getattr(before_tables[table], name)
+        after = getattr(after_tables[table], name)
         if before != after:
             raise ConfigError(
-                f"{key.partition('.')[2]} changed from {_setting(before)} to {_setting(after)}: "
+                f"{name} changed from {_setting(before)} to {_setting(after)}: "
                 "this takes a restart of the agent, not a reload",
                 file=main,
                 key=key,

@@ -213,3 +213,21 @@ app.kubernetes.io/instance: {{ include "token-resource.publisherName" . }}
 {{- define "token-resource.leaseNamespace" -}}
 {{- dig "kubernetes" "lease_namespace" .Release.Namespace (fromJson (include "token-resource.config" .)) }}
 {{- end }}
+
+{{/* The settings the agent applies only when it starts (RESTART_ONLY in
+     agent/token_resource/config/load.py; a reload that changes one is refused), as written in
+     the configuration, as JSON. Their digest is the pods' checksum/restart-settings
+     annotation: a `helm upgrade` that changes one rolls the pods, any other change reaches
+     them live through the mounted ConfigMap. */}}
+{{- define "token-resource.restartSettings" -}}
+{{- $config := fromJson (include "token-resource.config" .) }}
+{{- $settings := dict }}
+{{- range $key := list "agent.device_plugin_dir" "metrics.textfile" "metrics.listen" "dra.driver" "dra.plugins_registry_dir" "dra.plugins_dir" "dra.cdi_dir" }}
+{{- $table := get $config (splitList "." $key | first) }}
+{{- $name := splitList "." $key | last }}
+{{- if and (kindIs "map" $table) (hasKey $table $name) }}
+{{- $_ := set $settings $key (get $table $name) }}
+{{- end }}
+{{- end }}
+{{- toJson $settings }}
+{{- end }}
