@@ -17,6 +17,7 @@ from tests.kube.test_chart import AGENT_KINDS, DRA_KINDS, daemonset
 from token_resource.apiserver.keeping.cluster_slices import lease_name
 
 EXAMPLE = EXAMPLES / "cluster-pools.yaml"
+CHART_APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 OVERLAYS_DRIVER = "tokens.example.com"
 PUBLISHER_KINDS = [
     "ClusterRole",
@@ -193,8 +194,8 @@ REFUSALS = {
     ),
     "an unknown value": (
         (),
-        "clusterPools.publisher.image=x",
-        "at '/clusterPools/publisher': additional properties 'image' not allowed",
+        "clusterPools.publisher.command=x",
+        "at '/clusterPools/publisher': additional properties 'command' not allowed",
     ),
     "without DRA": (
         (),
@@ -232,3 +233,50 @@ def test_a_bad_publisher_value_is_refused_by_name(helm: Helm, case: str) -> None
     done = helm.run(*args, flag, setting)
     assert done.returncode == 1, done.stdout
     assert refusal in done.stderr, done.stderr
+
+
+def publisher_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = of_kind(objects, "Deployment").values()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {"container": container, "pod": deployment["spec"]["template"]["spec"]}
+
+
+def test_the_publisher_carries_the_license_tool(helm: Helm, tmp_path: Path) -> None:
+    """clusterPools.publisher's image, env, volumes and volumeMounts: the vendor's lmutil in
+    an image of the operator's or a volume, added to the chart's own; the DaemonSet's pods keep
+    the agent's image and none of them."""
+    values = tmp_path / "tool.yaml"
+    mount = {"name": "flexlm", "mountPath": "/opt/flexlm", "readOnly": True}
+    volume = {"name": "flexlm", "hostPath": {"path": "/opt/flexlm", "type": "Directory"}}
+    env = {"name": "LM_LICENSE_FILE", "value": "27000@licsrv"}
+    publisher = {
+        "image": {"repository": "registry.example.com/token-resource-flexlm", "tag": "1"},
+        "env": [env],
+        "volumes": [volume],
+        "volumeMounts": [mount],
+    }
+    values.write_text(yaml.safe_dump({"clusterPools": {"publisher": publisher}}))
+    objects = helm.objects([EXAMPLE, values])
+    found = publisher_container(objects)
+    assert found["container"]["image"] == "registry.example.com/token-resource-flexlm:1"
+    assert found["container"]["env"] == [env]
+    assert [m["name"] for m in found["container"]["volumeMounts"]] == ["config", "run", "flexlm"]
+    assert found["container"]["volumeMounts"][-1] == mount
+    assert [v["name"] for v in found["pod"]["volumes"]] == ["config", "run", "flexlm"]
+    assert found["pod"]["volumes"][-1] == volume
+    (agent,) = daemonset(objects)["spec"]["template"]["spec"]["containers"]
+    assert agent["image"] == f"localhost/token-resource:{CHART_APP_VERSION}"
+    assert "flexlm" not in yaml.safe_dump(daemonset(objects))
+    # Without them: the agent's image, no env.
+    default = publisher_container(helm.objects([EXAMPLE]))["container"]
+    assert default["image"] == agent["image"]
+    assert "env" not in default
+
+
+def test_a_publisher_volume_may_not_take_the_charts_names(helm: Helm, tmp_path: Path) -> None:
+    values = tmp_path / "clash.yaml"
+    volume = {"name": "config", "emptyDir": {}}
+    values.write_text(yaml.safe_dump({"clusterPools": {"publisher": {"volumes": [volume]}}}))
+    done = helm.run("template", "tr", str(CHART), "-f", str(EXAMPLE), "-f", str(values))
+    assert done.returncode == 1, done.stdout
+    assert '"config" is the name of one of the chart\'s own volumes' in done.stderr, done.stderr

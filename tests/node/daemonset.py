@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tests.kube.chart import CHART, Helm
 from tests.node.modes import DRIVER, LICENSE, Mode, wait_offered
@@ -19,6 +20,7 @@ AGENT = "app.kubernetes.io/instance=token-resource"
 PUBLISHER = "app.kubernetes.io/instance=token-resource-publisher"
 DELETE_TIMEOUT = 90.0
 OVERLAY_COUNT = 2  # what each shipped overlay serves of example.com/token
+METRICS_PORT = 9464  # deploy/helm/examples/metrics.yaml's
 
 
 class DaemonSetForm:
@@ -74,19 +76,41 @@ class ChartForm(DaemonSetForm):
         self.helm = helm
         self.values = directory / "my-values.yaml"
         self.installed = False
+        # What install() was given for the cluster pool, kept by upgrade().
+        self.license_probe = ""
+        self.publisher: dict[str, Any] = {}
 
-    def _write_values(self, count: int, probe: str, licenses: int) -> None:
+    def _write_values(self, count: int, probe: str, licenses: int, metrics: bool) -> None:
         mode = self.mode
         config = mode.resource(count, probe)
         if mode.dra:
-            config += mode.resource(licenses, probe, LICENSE) + 'scope = "cluster"\n'
+            license_probe = self.license_probe or probe
+            config += mode.resource(licenses, license_probe, LICENSE) + 'scope = "cluster"\n'
             config += f'[dra]\ndriver = "{DRIVER}"\n'
+        if metrics:
+            config += f'[metrics]\nlisten = "0.0.0.0:{METRICS_PORT}"\n'
         config += "[kubernetes]\nin_cluster = true\n"
+        # No scrape annotations (a PodMonitor's setup): turning [metrics] on then changes the
+        # pods' template only by the chart's checksum/restart-settings annotation.
+        values: dict[str, Any] = {"config": {"toml": config}, "metrics": {"podAnnotations": False}}
+        if self.publisher:
+            values["clusterPools"] = {"publisher": self.publisher}
         # JSON is YAML: the values file with the configuration as one string.
-        self.values.write_text(json.dumps({"config": {"toml": config}}))
+        self.values.write_text(json.dumps(values))
 
-    def install(self, count: int, probe: str = "", licenses: int = 20) -> None:
-        self._write_values(count, probe, licenses)
+    def install(
+        self,
+        count: int,
+        probe: str = "",
+        licenses: int = 20,
+        license_probe: str = "",
+        publisher: dict[str, Any] | None = None,
+    ) -> None:
+        """``license_probe``: the cluster pool's own (else ``probe``); ``publisher``: values
+        of clusterPools.publisher (e.g. the volume with the license server's tool)."""
+        self.license_probe = license_probe
+        self.publisher = publisher or {}
+        self._write_values(count, probe, licenses, metrics=False)
         self.helm.output(
             "install", "token-resource", str(CHART), "-n", NAMESPACE, "--create-namespace",
             "-f", str(self.values),
@@ -95,8 +119,12 @@ class ChartForm(DaemonSetForm):
         self.wait_ready()
         self.wait_offered(count)
 
-    def upgrade(self, count: int, probe: str = "", licenses: int = 20) -> None:
-        self._write_values(count, probe, licenses)
+    def upgrade(
+        self, count: int, probe: str = "", licenses: int = 20, metrics: bool = False
+    ) -> None:
+        """``metrics``: with ``[metrics] listen`` on METRICS_PORT (a setting the agent reads
+        only when it starts: the chart rolls the pods)."""
+        self._write_values(count, probe, licenses, metrics)
         self.helm.output(
             "upgrade", "token-resource", str(CHART), "-n", NAMESPACE, "-f", str(self.values)
         )

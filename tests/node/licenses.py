@@ -8,12 +8,14 @@ import socketserver
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from tests.node.demo import Demo
 from tests.node.modes import CANNOT_ALLOCATE, LICENSE, TOKEN, Mode, wait_offered
 from tests.node.network import NODE_IP
 from tests.node.node import RealNode
 from tests.node.steps import undisturbed
+from tests.standin.license_tools import RLMSTAT_DOWN, rlmstat
 
 # Checked every second, one failure enough: the test waits for seconds, not for defaults.
 PROBE_TIMING = "interval = 1, failure_threshold = 1"
@@ -45,6 +47,42 @@ class LicenseServer:
     @property
     def probe(self) -> str:
         return f'{{ tcp = "{NODE_IP}:{self.port}", {PROBE_TIMING} }}'
+
+
+# Where the publisher's pod finds the stand-in rlmutil (a volume of the chart's values).
+RLMUTIL_DIR = "/opt/rlm"
+RLM_PRODUCT = "seat"
+
+
+def rlm_probe(server: LicenseServer) -> str:
+    """A probe of ``server`` through RLM's tool, as a cluster pool's publisher runs it."""
+    return (
+        f'{{ rlm = "{server.port}@{NODE_IP}", product = "{RLM_PRODUCT}", '
+        f'rlmutil = "{RLMUTIL_DIR}/rlmutil", {PROBE_TIMING} }}'
+    )
+
+
+def rlmutil_standin(directory: Path, seats: int) -> Path:
+    """``directory/rlmutil``: RLM's status tool as the publisher's container runs it (the
+    image's python3), whose answer follows the server it is given (``-c PORT@HOST``): its pool
+    of ``seats``, none in use, while the port accepts; RLM's connection error and exit status 1
+    while it does not. ``directory`` itself is what the pod mounts (any user may read it)."""
+    directory.mkdir(mode=0o755, exist_ok=True)
+    directory.chmod(0o755)
+    tool = directory / "rlmutil"
+    tool.write_text(
+        "#!/usr/bin/python3\n"
+        "import socket, sys\n"
+        "port, _, host = sys.argv[sys.argv.index('-c') + 1].partition('@')\n"
+        "try:\n"
+        "    socket.create_connection((host, int(port)), timeout=2).close()\n"
+        "except OSError:\n"
+        f"    sys.stdout.write({RLMSTAT_DOWN!r})\n"
+        "    sys.exit(1)\n"
+        f"sys.stdout.write({rlmstat(RLM_PRODUCT, seats, 0)!r})\n"
+    )
+    tool.chmod(0o755)
+    return directory
 
 
 @contextmanager

@@ -10,20 +10,32 @@ containerd 2.x, the image imported as docs/kubernetes.md says), in each way of a
   registration: the prepare retries); with DRA, the agent's container restarted in its pod
   registers the driver once.
 - The chart as ``helm install`` puts it, with a probe in its values: a failing probe takes the
-  tokens away and a new pod waits, back again it runs; a ``helm upgrade`` that raises a device
-  plugin's count runs one more pod and disturbs none.
+  tokens away and a new pod waits, back again it runs (with DRA, the cluster pool's probe runs
+  RLM's tool, which the publisher's pods find in a volume the values add); a ``helm upgrade``
+  that raises a device plugin's count runs one more pod and disturbs none, restarting nothing;
+  one that turns [metrics] on rolls the agent's pod, whose successor serves the port, and
+  disturbs none.
 """
 
 from __future__ import annotations
 
 import re
+import time
+import urllib.request
+from pathlib import Path
 
 from tests.kube.client import wait_until
-from tests.node.bounds import PREPARED_AFTER_REGISTRATION
-from tests.node.daemonset import AGENT, NAMESPACE, ChartForm, DaemonSetForm
+from tests.node.bounds import PREPARED_AFTER_REGISTRATION, ROLLED_BY_HELM
+from tests.node.daemonset import AGENT, METRICS_PORT, NAMESPACE, ChartForm, DaemonSetForm
 from tests.node.demo import Demo
 from tests.node.figures import Figures, log_time
-from tests.node.licenses import license_server, probes_take_the_tokens_away
+from tests.node.licenses import (
+    RLMUTIL_DIR,
+    license_server,
+    probes_take_the_tokens_away,
+    rlm_probe,
+    rlmutil_standin,
+)
 from tests.node.modes import DRIVER, Mode
 from tests.node.node import RealNode
 from tests.node.pods import PodView
@@ -183,16 +195,32 @@ def a_reboot(
 
 
 def test_the_chart_with_a_probe_and_a_helm_upgrade(
-    node: RealNode, mode: Mode, chart: ChartForm, demo: Demo, license_demo: Demo
+    node: RealNode,
+    mode: Mode,
+    chart: ChartForm,
+    demo: Demo,
+    license_demo: Demo,
+    figures: Figures,
+    tmp_path: Path,
 ) -> None:
     with license_server() as server:
-        chart.install(3, server.probe, licenses=3)
+        if mode.dra:
+            # The cluster pool's probe through RLM's tool, which the publisher's pods find in
+            # a volume of the chart's values (clusterPools.publisher).
+            tool = rlmutil_standin(tmp_path / "rlm", seats=3)
+            mount = {"name": "rlm", "mountPath": RLMUTIL_DIR, "readOnly": True}
+            volume = {"name": "rlm", "hostPath": {"path": str(tool), "type": "Directory"}}
+            publisher = {"volumes": [volume], "volumeMounts": [mount]}
+            chart.install(3, server.probe, 3, rlm_probe(server), publisher)
+        else:
+            chart.install(3, server.probe, licenses=3)
         probes_take_the_tokens_away(node, mode, server, demo, license_demo)
         if mode.advertise != "device-plugin":
             # The new count's way to the agent is the kubelet's (the ConfigMap in its volume,
             # a minute), the same in every way of advertising; the agent's own apply of a
             # count is the host's live edit in each (test_host.py).
             return
+        agent = chart.agent_pod()
         before = demo.running(3)
         demo.scale(4)
         demo.one_waiting()
@@ -201,4 +229,45 @@ def test_the_chart_with_a_probe_and_a_helm_upgrade(
         # agent's pod (a minute and up to half of one more), and the agent applies it live.
         demo.running(4, timeout=180)
         undisturbed(demo, before)
-        assert [pod.restarts for pod in chart.pods.of(AGENT, NAMESPACE)] == [0]
+        assert [(p.uid, p.restarts) for p in chart.pods.of(AGENT, NAMESPACE)] == [(agent.uid, 0)]
+        metrics_turned_on(node, chart, demo, agent, server.probe, figures)
+
+
+def metrics_turned_on(
+    node: RealNode,
+    chart: ChartForm,
+    demo: Demo,
+    replaced: PodView,
+    probe: str,
+    figures: Figures,
+) -> None:
+    """A ``helm upgrade`` that turns [metrics] on, which the agent reads only when it starts:
+    the chart rolls the agent's pod (its checksum/restart-settings annotation), the new pod
+    serves the port, and the token pods run on undisturbed."""
+    running = demo.running(4)
+    started = time.monotonic()
+    chart.upgrade(4, probe, licenses=3, metrics=True)
+    (agent,) = chart.pods.wait(
+        "the agent's pod replaced by one that is Ready",
+        AGENT,
+        lambda pods: len(pods) == 1 and pods[0].uid != replaced.uid and pods[0].serving,
+        NAMESPACE,
+        timeout=2 * ROLLED_BY_HELM,
+    )
+    rolled = time.monotonic() - started
+    figures.add(
+        node.release, "helm upgrade with [metrics]: old agent pod gone (s)", f"{rolled:.1f}"
+    )
+    assert rolled <= ROLLED_BY_HELM, (
+        f"the agent's pod rolled {rolled:.1f} s after the helm upgrade, over the bound of "
+        f"{ROLLED_BY_HELM:.0f} s"
+    )
+    with urllib.request.urlopen(f"http://{agent.ip}:{METRICS_PORT}/metrics", timeout=10) as got:
+        text = got.read().decode()
+    served = re.search(
+        r'^token_resource_tokens_configured\{resource="example.com/token"\} (\S+)$', text, re.M
+    )
+    assert served is not None, text
+    assert float(served[1]) == 4, served[0]
+    assert agent.restarts == 0, agent
+    undisturbed(demo, running)
