@@ -31,7 +31,7 @@ from tests.dra.node import (
     status_json,
 )
 from tests.harness import AgentProcess
-from tests.observe.test_metrics import scrape, value
+from tests.observe.samples import scrape, value
 from tests.standin.apiserver import ApiServerStandin, ApiServerView, CertificateAuthority
 from tests.standin.cdi import CdiRuntime, UnresolvableDevices
 from tests.standin.kubelet import KubeletStandin, KubeletView

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.request
 from pathlib import Path
 
 from tests.kube.client import wait_until
@@ -36,7 +35,7 @@ from tests.node.licenses import (
     rlm_probe,
     rlmutil_standin,
 )
-from tests.node.modes import DRIVER, Mode
+from tests.node.modes import DRIVER, TOKEN, Mode
 from tests.node.node import RealNode
 from tests.node.pods import PodView
 from tests.node.steps import (
@@ -46,6 +45,7 @@ from tests.node.steps import (
     to_the_count,
     undisturbed,
 )
+from tests.observe.samples import scrape, value
 
 # The plugin manager's reconciler, as it starts each operation on a registration socket.
 OPERATION = re.compile(r"OperationExecutor\.(Register|Unregister)Plugin started")
@@ -262,12 +262,7 @@ def metrics_turned_on(
         f"the agent's pod rolled {rolled:.1f} s after the helm upgrade, over the bound of "
         f"{ROLLED_BY_HELM:.0f} s"
     )
-    with urllib.request.urlopen(f"http://{agent.ip}:{METRICS_PORT}/metrics", timeout=10) as got:
-        text = got.read().decode()
-    served = re.search(
-        r'^token_resource_tokens_configured\{resource="example.com/token"\} (\S+)$', text, re.M
-    )
-    assert served is not None, text
-    assert float(served[1]) == 4, served[0]
+    samples = scrape(f"http://{agent.ip}:{METRICS_PORT}/metrics")
+    assert value(samples, "token_resource_tokens_configured", resource=TOKEN) == 4, samples
     assert agent.restarts == 0, agent
     undisturbed(demo, running)

@@ -8,22 +8,20 @@ import os
 import re
 import socket
 import time
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import TWO_RESOURCES, AgentProcess, write_file
+from tests.observe.samples import Samples, parse, scrape, value
 from tests.observe.test_status import LICENSE, TOKEN
 from tests.standin.kubelet import KubeletStandin, serves_exactly
 from tests.standin.podresources import PodResourcesStandin
 from token_resource import __version__
 
 T = TypeVar("T")
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 # Every label the metrics may carry: resource names and fixed words, never pods.
 ALLOWED_LABELS = {"resource", "result", "version", "python", "le"}
 TIMEOUT = 30.0
@@ -52,26 +50,6 @@ def start_path_probed(
     )
     config(agent, pod_resources.socket_path, probed, 'listen = "127.0.0.1:0"\n')
     agent.start()
-
-
-def scrape(url: str) -> Samples:
-    with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
-        assert response.status == 200
-        return parse(response.read().decode())
-
-
-def parse(text: str) -> Samples:
-    # prometheus_client's own parser (untyped before 0.17).
-    families = text_string_to_metric_families(text)  # type: ignore[no-untyped-call, unused-ignore]
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in families
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def eventually(read: Callable[[], T], holds: Callable[[T], bool], what: str = "metrics") -> T:
