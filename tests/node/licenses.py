@@ -67,8 +67,8 @@ def rlmutil_standin(directory: Path, seats: int) -> Path:
     image's python3), whose answer follows the server it is given (``-c PORT@HOST``): its pool
     of ``seats``, none in use, while the port accepts; RLM's connection error and exit status 1
     while it does not. ``directory`` itself is what the pod mounts (any user may read it)."""
-    directory.mkdir(mode=0o755, exist_ok=True)
-    directory.chmod(0o755)
+    directory.mkdir(exist_ok=True)
+    directory.chmod(0o755)  # whatever the umask
     tool = directory / "rlmutil"
     tool.write_text(
         "#!/usr/bin/python3\n"
