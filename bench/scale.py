@@ -179,7 +179,7 @@ def write_plots(measured: dict[int, Counts], churned: dict[int, Counts]) -> None
 
 def popen_of(process: AgentProcess | None) -> subprocess.Popen[bytes]:
     assert process is not None
-    assert process.process is not None
+    assert isinstance(process.process, subprocess.Popen)
     return process.process
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -121,7 +122,7 @@ class AgentProcess:
         self.sockets = short_directory("tr-agent-")
         self.control_socket = self.sockets / "run" / "control.sock"
         self.notify = NotifySocket(self.sockets / "notify.sock")
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | Adopted | None = None
 
     def agent_section(self) -> str:
         return f'[agent]\ndevice_plugin_dir = "{self.device_plugin_dir}"\n'
@@ -176,7 +177,26 @@ class AgentProcess:
             "check": config,
             "reload": control,
             "status": control,
+            "handover": control,
         }.get(command, [])
+
+    def handover(self, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``token-resource handover``; once it says the successor serves, the successor is
+        this agent's process (the predecessor waited for first: the successor, orphaned, then
+        becomes this test's child, which makes its exit status readable)."""
+        assert self.process is not None
+        predecessor = self.process
+        _child_subreaper(True)
+        try:
+            result = self.cli("handover", timeout=timeout)
+            if result.returncode == 0:
+                predecessor.wait(timeout)
+                found = re.match(r"handed over to pid (\d+):", result.stdout)
+                assert found is not None, result.stdout
+                self.process = Adopted(int(found.group(1)))
+        finally:
+            _child_subreaper(False)
+        return result
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -215,6 +235,43 @@ class AgentProcess:
             self.process.wait()
         self.notify.close()
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+class Adopted:
+    """A process this test became the parent of (a subreaper's orphan), as Popen is used."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.01)
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _child_subreaper(on: bool) -> None:
+    """prctl(PR_SET_CHILD_SUBREAPER): this process inherits its descendants' orphans."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
 @contextmanager

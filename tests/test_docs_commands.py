@@ -259,7 +259,7 @@ def test_the_extraction_finds_the_documented_commands() -> None:
     assert files.count("packaging/man/token-resource.8") >= 9, DOCUMENTED
     assert files.count("packaging/man/token-resource.toml.5") >= 2, DOCUMENTED
     synopsis = [command for place, command in DOCUMENTED if place.endswith("(SYNOPSIS)")]
-    assert len(synopsis) == 8, synopsis
+    assert len(synopsis) == 9, synopsis
     commands = {
         next(word for word in argv if word != "-v")
         for _, command in DOCUMENTED
@@ -270,6 +270,7 @@ def test_the_extraction_finds_the_documented_commands() -> None:
         "check",
         "reload",
         "status",
+        "handover",
         "node-status",
         "device-classes",
         "--version",

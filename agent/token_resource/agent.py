@@ -11,6 +11,7 @@ import json
 import logging
 import signal
 from collections.abc import Coroutine, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -34,18 +35,19 @@ from token_resource.health.monitor import HealthMonitor
 from token_resource.health.state import TokenHealth
 from token_resource.host.control import Answer, ControlServer
 from token_resource.host.fswatch import DirectoryWatcher, FileEvent
+from token_resource.host.handover import Predecessor
 from token_resource.host.notify import SystemdNotifier
 from token_resource.host.winddown import wind_down
 from token_resource.instances import Placement
-from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
 from token_resource.kubelet.reconciler import Reconciler
 from token_resource.kubelet.sockets import (
     remove_stale_sockets,
     remove_subdirectory,
 )
 from token_resource.observe.observer import APPLIED, FAILED, REJECTED, NullObserver, Observer
-from token_resource.observe.report import PluginSockets, StatusReport
-from token_resource.summary import STATUS_LISTED, dra_report, resource_reports, status_line
+from token_resource.observe.report import StatusReport
+from token_resource.succession import Succession
+from token_resource.summary import STATUS_LISTED, status_line, status_report
 
 if TYPE_CHECKING:
     from token_resource.observe.exposition import Exposition
@@ -63,10 +65,19 @@ class StartError(Exception):
 
 
 class Agent:
+    # Whether ``handover`` starts a successor (the node's agent; the publisher's lease passes).
+    HANDS_OVER = True
+
     def __init__(
-        self, config: Config, config_path: Path, control_socket: Path, notifier: SystemdNotifier
+        self,
+        config: Config,
+        config_path: Path,
+        control_socket: Path,
+        notifier: SystemdNotifier,
+        predecessor: Predecessor | None = None,
     ) -> None:
-        """Construct inside the running loop (Python 3.9's asyncio primitives bind to it)."""
+        """Construct inside the running loop (Python 3.9's asyncio primitives bind to it).
+        ``predecessor``: the running agent this one takes over from (a package upgrade)."""
         self._initial = config
         # Nothing is served until run() applies the initial config as a diff from nothing.
         self._config = Config(
@@ -117,6 +128,7 @@ class Agent:
         self._tasks: set[asyncio.Task[object]] = set()
         self._last_error: str | None = None
         self._place = Placement(config.agent.device_plugin_dir)
+        self._succession = Succession(predecessor, notifier, self._place)
         # What the journal says the agent does as it stops.
         self._stopping = "removing sockets"
 
@@ -124,14 +136,17 @@ class Agent:
         """Serve until SIGTERM or SIGINT, then remove every socket of ours."""
         loop = asyncio.get_running_loop()
         try:
-            await self._control.start()
+            # A successor opens what only one agent may once its predecessor has left.
+            if not self._succession.taking_over:
+                await self._control.start()
             self._install_signal_handlers(loop)
             # Reloads wait too: nothing is served before the agent has its place.
             async with self._reload_lock:
                 if not await self._take_place():
                     return
             # Before any plugin registers: a listen address in use ends the start at once.
-            self._start_exposition()
+            if not self._succession.taking_over:
+                self._start_exposition()
             self._follower.refresh()
             self._watcher.start()
             # Under the reload lock, as every apply: a probe's first check may end
@@ -140,6 +155,7 @@ class Agent:
                 _, failures = await self._apply(self._initial)
             if failures:
                 raise StartError("; ".join(failures))
+            await self._take_over()
             self._observer.config_applied(APPLIED, initial=True)
             status = self._status()
             self._notifier.ready(status)
@@ -159,6 +175,8 @@ class Agent:
         directory = self._config.agent.device_plugin_dir
         directory.mkdir(parents=True, exist_ok=True)
         await self._place.plan(self._initial)
+        if self._place.waits:  # a successor that may not serve beside its predecessor
+            await self._take_over()
         if not await self._place.take(self._stop):
             return False
         self._reconciler.name_sockets_after(self._place.instance)
@@ -166,6 +184,26 @@ class Agent:
         remove_stale_sockets(directory, only_dead=not self._place.alone)
         self._reconciler.watch_directories()
         return True
+
+    async def _take_over(self) -> None:
+        await self._succession.take_over(self._kubelet_has_all, self._open_exclusive)
+
+    def _kubelet_has_all(self) -> bool:
+        """Whether the kubelet has registered every resource going through it (or is not
+        there)."""
+        plugins = self._reconciler.summary(0)
+        dra = self._dra is None or bool(self._dra.state().registered)
+        has_all = plugins.registered == plugins.total and dra
+        return has_all or not self._reconciler.kubelet_expected()
+
+    async def _open_exclusive(self) -> None:
+        """What only one agent on the node may open: a successor's, once its predecessor left."""
+        await self._control.start()
+        self._start_exposition()
+
+    def _leave(self, why: str) -> None:
+        self._stopping = f"{why}, removing sockets"
+        self.request_stop()
 
     def _start_exposition(self) -> None:
         if self._exposition is None:
@@ -295,39 +333,22 @@ class Agent:
     async def _on_control(self, command: str) -> Answer:
         if command == "reload":
             return await self.reload("reload command")
+        if command == "handover":
+            if not self.HANDS_OVER:
+                return False, "the publisher hands over by its lease: restart it"
+            return await self._succession.hand_over(self._leave)
         return True, json.dumps((await self.report()).to_json())
 
     async def report(self) -> StatusReport:
         """What ``status`` and the metrics show, with a fresh read of who holds the tokens."""
-        socket = self._config.agent.pod_resources_socket
-        states = self._reconciler.states()
-        allocation: Allocation | None = None
-        problem = None
-        try:
-            allocation = await read_allocation(socket, [state.name for state in states])
-        except AllocationUnknown as error:
-            problem = str(error)
         dra = self._dra.state() if self._dra is not None else None
-        resources = resource_reports(
-            states, allocation, self._config.resources, dra, self._monitor.reports()
+        report, in_use = await status_report(
+            self._status(), self._reconciler, self._config, dra, self._monitor.reports()
         )
-        in_use = {r.name: r.in_use for r in resources if r.in_use is not None}
-        if (None if allocation is None else in_use) != self._in_use:
-            self._in_use = None if allocation is None else in_use
+        if in_use != self._in_use:
+            self._in_use = in_use
             self._publish_status()
-        layout = self._reconciler.layout
-        sockets = PluginSockets(
-            str(layout.directory), "subdirectory" if layout.subdirectory else "top-level"
-        )
-        return StatusReport(
-            self._status(),
-            str(socket),
-            problem,
-            tuple(resources),
-            sockets,
-            dra_report(dra),
-            self._place.report(),
-        )
+        return replace(report, instance=self._place.report())
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         # Handlers only record the signal; the loop does the work.
@@ -383,12 +404,13 @@ class Agent:
         if self._exposition is not None:
             await self._exposition.close()
         await self._close_servers()
+        self._succession.left()
         await wind_down(WIND_DOWN_SECONDS)
 
     async def _close_servers(self) -> None:
         """Stop serving the kubelet and the API server."""
         await self._reconciler.close()
-        if self._place.alone:
+        if self._place.alone and self._succession.successor is None:
             remove_subdirectory(self._config.agent.device_plugin_dir)
         if self._dra is not None:
             await self._dra.close()

@@ -95,6 +95,19 @@ class Placement:
         else:
             log.info("instance %s: %s", self._plan.instance, self._plan.reason)
 
+    @property
+    def waits(self) -> bool:
+        """Whether this agent may serve only once the other instance has left."""
+        return self._plan.waits
+
+    def settle(self) -> None:
+        """Once the other instance has left: take the lock (a handover's successor is then
+        alone, as the service it now is)."""
+        try:
+            self._lock.acquire()
+        except LockError as error:
+            log.warning("still beside another agent: %s", error)
+
     async def take(self, stop: asyncio.Event) -> bool:
         """Wait, if it must, for the other instance to leave; False if stopped first."""
         if not self._plan.waits:

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 
 class PublisherAgent(Agent):
+    HANDS_OVER = False
+
     def __init__(
         self,
         config: Config,

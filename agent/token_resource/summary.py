@@ -13,12 +13,12 @@ from dataclasses import asdict, replace
 from token_resource.apiserver.keeping.cluster_slices import ClusterPoolsState
 from token_resource.apiserver.keeping.keeper import ACCEPTED
 from token_resource.apiserver.keeping.node_capacity import NodeStatusState
-from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, ResourceSpec
+from token_resource.config.model import DEVICE_PLUGIN, DRA, NODE_STATUS, Config, ResourceSpec
 from token_resource.config.names import token_id
 from token_resource.dra.driver import DraState
 from token_resource.health.monitor import ProbeReport
-from token_resource.kubelet.allocation import Allocation
-from token_resource.kubelet.reconciler import PluginState, PluginSummary
+from token_resource.kubelet.allocation import Allocation, AllocationUnknown, read_allocation
+from token_resource.kubelet.reconciler import PluginState, PluginSummary, Reconciler
 from token_resource.observe.report import (
     ClaimReport,
     ClusterPoolReport,
@@ -26,8 +26,10 @@ from token_resource.observe.report import (
     DraReport,
     HealthReport,
     Holder,
+    PluginSockets,
     ResourceReport,
     SliceReport,
+    StatusReport,
     UnhealthyToken,
 )
 
@@ -96,6 +98,33 @@ def _dra_summary(dra: DraState, in_use: Mapping[str, int] | None) -> str:
     return f"DRA driver {dra.driver}: {kubelet}, slices {slices}" + (
         f": {listed}" if listed else ""
     )
+
+
+async def status_report(
+    status: str,
+    reconciler: Reconciler,
+    config: Config,
+    dra: DraState | None,
+    probes: Mapping[str, ProbeReport],
+) -> tuple[StatusReport, dict[str, int] | None]:
+    """A node agent's report, with a fresh read of who holds the tokens; and the tokens in use
+    per resource (None when the kubelet could not tell)."""
+    socket = config.agent.pod_resources_socket
+    states = reconciler.states()
+    allocation: Allocation | None = None
+    problem = None
+    try:
+        allocation = await read_allocation(socket, [state.name for state in states])
+    except AllocationUnknown as error:
+        problem = str(error)
+    resources = resource_reports(states, allocation, config.resources, dra, probes)
+    in_use = {r.name: r.in_use for r in resources if r.in_use is not None}
+    layout = reconciler.layout
+    sockets = PluginSockets(
+        str(layout.directory), "subdirectory" if layout.subdirectory else "top-level"
+    )
+    report = StatusReport(status, str(socket), problem, tuple(resources), sockets, dra_report(dra))
+    return report, None if allocation is None else in_use
 
 
 def resource_reports(

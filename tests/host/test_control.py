@@ -48,7 +48,7 @@ def test_requests_and_answers(socket_dir: Path) -> None:
     assert asyncio.run(scenario()) == [
         "status handled",
         "reload handled",
-        "unknown command 'bogus'; known: reload, status",
+        "unknown command 'bogus'; known: reload, status, handover",
     ]
     assert not path.exists()
 

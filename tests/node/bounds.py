@@ -20,15 +20,16 @@ READY_AFTER_A_LATE_HOST_DRIVER = 120.0
 # A claim allocated while the driver was away, from the driver's registration to its prepare:
 # 0.04-0.23 s measured; the kubelet's own retry would be a minute.
 PREPARED_AFTER_REGISTRATION = 5.0
-# A package upgrade, from the old agent's stop to the new one's registration with the kubelet:
-# a device plugin 0.36-0.94 s, a DRA driver 0.72-1.36 s (the plugin manager's 1 s pass).
-UNREGISTERED_IN_UPGRADE = {"device-plugin": 3.0, "dra": 5.0}
-# The pod made in an upgrade's window, from its creation to Ready: a device plugin's, rejected
-# and replaced (or held unscheduled) while the agent is back in about a second; a DRA pod, whose
-# prepare failed, waits for the kubelet's resync (60-90 s: the host's agent has the node's
-# credentials, which may not nudge a pod; docs/install.md); a node-status pod, whose Node kept
-# offering the tokens, as any pod (about 2 s).
-WINDOW_POD_READY = {"device-plugin": 30.0, "dra": 120.0, "node-status": 20.0}
+# A package upgrade's handover on a kubelet that keeps one device-plugin endpoint per resource
+# (1.36), from the old agent's leaving to the new one's registration: the successor is ready
+# before, and registers once the lock is free. Elsewhere the bound is 0: the new agent is
+# registered before the old one leaves. (The restart it replaced left 0.4-3.2 s, the new
+# code's start included.)
+UNREGISTERED_IN_A_HANDOVER = 1.5
+# The pod made as an upgrade's handover begins, from its creation to Ready: as any pod (about
+# 2 s); on 1.36 a device plugin's, admitted in the moment between the two agents, is rejected
+# and replaced (about 11 s).
+WINDOW_POD_READY = {"device-plugin": 30.0, "dra": 20.0, "node-status": 20.0}
 # A helm upgrade that changes a restart-only setting ([metrics] on), from the upgrade to the old
 # agent's pod gone and the new one Ready (device plugin): the rollout's new pod first, then the
 # old one's grace. 8.8-9.1 s measured (2026-12-06, 1.36 and 1.37); without the chart's

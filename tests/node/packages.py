@@ -7,6 +7,7 @@ the code it imported, and that code's directory), compared exactly."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,15 +35,33 @@ class Installation:
         ).stdout.strip()  # fmt: skip
         return cls(version, (root / DIST_PACKAGES).resolve())
 
-    @property
-    def env(self) -> dict[str, str]:
-        """What the agent runs with to run this version alone."""
-        return {"PYTHONPATH": str(self.python_path)}
+    def install(self, target: Path) -> None:
+        """This version's files where the agent runs its code from, put in place as dpkg
+        does (by rename: the running agent has its modules loaded, its successor reads these),
+        nothing of the version before left."""
+        staging, previous = target.with_name(".new"), target.with_name(".old")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(self.python_path, staging, symlinks=True)
+        if target.exists():
+            target.rename(previous)
+        staging.rename(target)
+        shutil.rmtree(previous, ignore_errors=True)
 
-    def assert_runs(self, agent: AgentProcess) -> None:
-        """The running agent's code is this installation's: its version and its files."""
-        code = {"version": self.version, "package": str(self.python_path / "token_resource")}
-        assert agent.status_json()["agent"] == code
+    def assert_runs(self, agent: AgentProcess, installed: Path) -> None:
+        """The running agent's code is this installation's, installed at ``installed``: its
+        version, its files, and the process that answers is the agent's."""
+        code = agent.status_json()["agent"]
+        assert agent.process is not None
+        assert code == {
+            "version": self.version,
+            "package": str(installed / "token_resource"),
+            "pid": agent.process.pid,
+        }
+
+
+def installed_env(installed: Path) -> dict[str, str]:
+    """What the agent runs with to run the code installed at ``installed`` alone."""
+    return {"PYTHONPATH": str(installed)}
 
 
 def installations(directory: Path) -> tuple[Installation, Installation]:

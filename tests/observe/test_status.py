@@ -74,7 +74,12 @@ def test_status_shows_who_holds_the_tokens(
 ) -> None:
     report = status(agent)
     # The code that answers: the agent imported this tree's package.
-    assert report["agent"] == {"version": __version__, "package": str(PACKAGE_DIR)}
+    assert agent.process is not None
+    assert report["agent"] == {
+        "version": __version__,
+        "package": str(PACKAGE_DIR),
+        "pid": agent.process.pid,
+    }
     assert report["pod_resources"] == {"socket": str(admitted.socket_path), "error": None}
     assert [r["name"] for r in report["resources"]] == [LICENSE, TOKEN]
     license_ = resource(report, LICENSE)

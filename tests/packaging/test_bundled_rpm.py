@@ -159,7 +159,8 @@ def test_scriptlets_compile_enable_and_clean_up(package: Package) -> None:
     assert re.search(
         r"(systemctl .*preset|systemd-update-helper).*token-resource\.service", scripts
     )
-    assert re.search(r"try-restart token-resource\.service|mark-restart", scripts), scripts
+    assert not re.search(r"try-restart token-resource\.service|mark-restart", scripts), scripts
+    assert "token-resource handover --else-restart" in scripts, scripts
     assert "rm -rf /usr/lib/token-resource" in scripts, scripts
 
 

@@ -191,9 +191,9 @@ def scriptlets(package: Package) -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
-def test_scriptlets_enable_restart_and_stop_the_unit(package: Package) -> None:
+def test_scriptlets_enable_hand_over_and_stop_the_unit(package: Package) -> None:
     scripts = scriptlets(package)
-    assert {"postinstall", "preuninstall", "postuninstall"} <= scripts.keys(), scripts.keys()
+    assert {"postinstall", "preuninstall", "postuninstall", "posttrans"} <= scripts.keys()
     post, preun, postun = scripts["postinstall"], scripts["preuninstall"], scripts["postuninstall"]
     # Install: enabled as the preset policy says (what %systemd_post does; newer Fedora
     # macros call systemd-update-helper instead of systemctl).
@@ -208,10 +208,9 @@ def test_scriptlets_enable_restart_and_stop_the_unit(package: Package) -> None:
     assert re.search(rf"(systemctl .*\bstop\b|disable --now|remove-system-units).*{UNIT}", preun), (
         preun
     )
-    # Upgrade: restarted if running.
-    assert re.search(rf"(systemctl .*\btry-restart\b|mark-restart-system-units).*{UNIT}", postun), (
-        postun
-    )
+    # Upgrade: no restart; once the transaction is done, the running agent hands over.
+    assert not re.search(r"try-restart|mark-restart-system-units", postun), postun
+    assert "token-resource handover --else-restart" in scripts["posttrans"], scripts["posttrans"]
     for name, body in scripts.items():
         subprocess.run(["sh", "-n"], input=body, text=True, check=True)
         assert "systemctl" not in body or "|| :" in body or "|| true" in body, (
@@ -227,14 +226,19 @@ def run_scriptlet(body: str, arg: int, systemd_running: bool, scratch: Path) -> 
     fake = scratch / "fake-bin"
     fake.mkdir(exist_ok=True)
     (fake / "systemctl").write_text('#!/bin/sh\necho "$*" >> "$SYSTEMCTL_LOG"\n')
-    (fake / "systemctl").chmod(0o755)
+    # The agent's command: only its handover is logged (the removal's status query fails).
+    (fake / "token-resource").write_text(
+        '#!/bin/sh\n[ "$1" = handover ] || exit 1\necho token-resource "$*" >> "$SYSTEMCTL_LOG"\n'
+    )
+    for command in ("systemctl", "token-resource"):
+        (fake / command).chmod(0o755)
     running = scratch / "run-systemd-system"
     shutil.rmtree(running, ignore_errors=True)
     if systemd_running:
         running.mkdir()
     log = scratch / "systemctl.log"
     log.write_text("")
-    body = body.replace("/run/systemd/system", str(running))
+    body = body.replace("/run/systemd/system", str(running)).replace("/usr/bin/", "")
     env = {"PATH": f"{fake}:/usr/bin:/bin", "SYSTEMCTL_LOG": str(log)}
     subprocess.run(["sh", "-e", "-c", body, "scriptlet", str(arg)], env=env, check=True)
     return log.read_text().splitlines()
@@ -258,9 +262,14 @@ def test_fallback_scriptlets_do_what_the_systemd_macros_do(package: Package) -> 
     ]
     assert run_scriptlet(preun, 0, False, scratch) == [f"--no-reload disable {UNIT}"]
     assert run_scriptlet(preun, 1, True, scratch) == []
-    assert run_scriptlet(postun, 1, True, scratch) == ["daemon-reload", f"try-restart {UNIT}"]
+    assert run_scriptlet(postun, 1, True, scratch) == ["daemon-reload"]
     assert run_scriptlet(postun, 0, True, scratch) == ["daemon-reload"]
     assert run_scriptlet(postun, 1, False, scratch) == []
+    # After the transaction: a running agent hands over to the code now installed.
+    posttrans = scripts["posttrans"]
+    handover = "token-resource handover --else-restart --timeout 60"
+    assert run_scriptlet(posttrans, 0, True, scratch) == [f"is-active --quiet {UNIT}", handover]
+    assert run_scriptlet(posttrans, 0, False, scratch) == []
 
 
 def test_the_built_preuninstall_warns_of_pods_holding_dra_claims_on_removal_only(

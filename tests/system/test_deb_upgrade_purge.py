@@ -1,4 +1,5 @@
-"""Package life cycle: upgrade with a locally modified conffile, then purge.
+"""Package life cycle: upgrade with a locally modified conffile (the running agent handing
+over to the new code: the unit never restarts), then purge.
 
 On Debian 12 and Debian 13 (where the unit once went to /lib/systemd/system, a directory of
 no other package on merged /usr, and purge warned that it was not empty).
@@ -6,6 +7,7 @@ no other package on merged /usr, and purge warned that it was not empty).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
@@ -32,10 +34,20 @@ def package_version(node: AgentNode) -> str:
     return node.exec(["dpkg-query", "-W", "-f=${Version}", "token-resource"]).stdout
 
 
-def test_upgrade_keeps_a_modified_conffile_and_restarts_the_agent(node: AgentNode) -> None:
+def wait_for(what: str, condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.2)
+
+
+def test_upgrade_keeps_a_modified_conffile_and_hands_over_to_the_new_agent(
+    node: AgentNode,
+) -> None:
     node.write_config(LOCAL)
     node.wait_for_counts(LOCAL)
     old_version, old_pid = package_version(node), node.main_pid()
+    invocation = node.show("InvocationID")
     # No --force-conf* option: an upgrade that would prompt about the conffile hangs or fails.
     upgrade = node.exec(
         ["apt-get", "install", "-y", "-q", "/srv/test/token-resource-upgrade.deb"], timeout=300
@@ -56,8 +68,20 @@ def test_upgrade_keeps_a_modified_conffile_and_restarts_the_agent(node: AgentNod
     ]
     assert node.show("ActiveState") == "active"
     new_pid = node.main_pid()
-    assert new_pid not in (0, old_pid), "the upgrade did not restart the agent"
+    assert new_pid not in (0, old_pid), "the upgrade did not hand over to a new agent"
+    # The same run of the unit: no stop, no start, no restart.
+    assert (node.show("InvocationID"), node.show("NRestarts")) == (invocation, "0")
+    status = node.exec(["token-resource", "status", "--json"]).stdout
+    assert f'"pid": {new_pid}' in status, status
+    assert f"stopping: handed over to pid {new_pid}" in node.journal()
     node.wait_for_counts(LOCAL, min_registrations=2)
+
+    # systemd watches the successor: frozen, its watchdog (WatchdogSec=20s) has it replaced.
+    node.exec(["kill", "-STOP", str(new_pid)])
+    wait_for("the frozen agent replaced", lambda: node.main_pid() not in (0, new_pid), 90)
+    assert node.show("NRestarts") == "1"
+    assert "Watchdog timeout" in node.journal()
+    node.wait_for_counts(LOCAL)
 
 
 def test_purge_removes_unit_config_and_sockets(node: AgentNode) -> None:

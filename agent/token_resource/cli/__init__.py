@@ -1,4 +1,4 @@
-"""The ``token-resource`` command: run, check, reload, status.
+"""The ``token-resource`` command: run, check, reload, status, handover.
 
 Only the standard library (and tomli before Python 3.11) is imported up front, so that
 ``--version``, ``--help``, ``check``, ``reload`` and ``status`` work whatever else is missing;
@@ -29,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "check": check.check,
         "reload": running.reload,
         "status": running.status,
+        "handover": running.handover,
         "node-status": node_status.node_status,
         "device-classes": device_classes.device_classes,
     }
@@ -85,12 +86,24 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (
         ("reload", "make the running agent apply its files, and wait for the outcome"),
         ("status", "show what the running agent serves"),
+        (
+            "handover",
+            "make the running agent start the installed code as its successor, which takes "
+            "over without a gap (a package upgrade); wait until it serves",
+        ),
     ):
         command = commands.add_parser(name, help=text)
         command.add_argument("--control-socket", type=Path, default=None, help=control_help)
         command.add_argument(
             "--timeout", type=float, default=running.RELOAD_TIMEOUT, help="seconds to wait"
         )
+        if name == "handover":
+            command.add_argument(
+                "--else-restart",
+                action="store_true",
+                help=f"restart {running.UNIT} instead when the running agent is older than the "
+                "handover (the package's scripts)",
+            )
         if name == "status":
             shown = command.add_mutually_exclusive_group()
             shown.add_argument(

@@ -13,6 +13,7 @@ from token_resource.kubelet.sockets import SocketLayout, SocketPathError
 EXIT_OK = 0
 EXIT_FAILED = 1  # invalid configuration, rejected reload, agent unreachable, directory taken
 EXIT_USAGE = 2
+EXIT_UNSUPPORTED = 3  # handover: the running agent predates it (the package restarts it instead)
 
 
 def load_servable(path: Path) -> Config:

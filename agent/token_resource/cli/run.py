@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         logs.print_error(problem)
         return EXIT_FAILED
     from token_resource.agent import Agent, StartError  # noqa: PLC0415 (needs the libraries)
+    from token_resource.host.handover import HandoverError, Predecessor  # noqa: PLC0415
     from token_resource.host.lock import LockError  # noqa: PLC0415
     from token_resource.host.notify import SystemdNotifier  # noqa: PLC0415
     from token_resource.publisher import PublisherAgent  # noqa: PLC0415
@@ -101,18 +102,21 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_FAILED
     control_socket = args.control_socket or default_control_socket()
 
-    notifier = SystemdNotifier()
+    # Started by a running agent to take its place (a package upgrade's handover).
+    predecessor = Predecessor.from_environment()
+    notifier = SystemdNotifier(muted=predecessor is not None)
     # Which version runs, in the journal of every start: an upgrade's restart says so.
     log.info("token-resource %s starting, role %s", __version__, args.role)
 
-    role = PublisherAgent if args.role == PUBLISHER_ROLE else Agent
-
     async def serve() -> None:
-        await role(config, args.config, control_socket, notifier).run()
+        if args.role == PUBLISHER_ROLE:
+            await PublisherAgent(config, args.config, control_socket, notifier).run()
+        else:
+            await Agent(config, args.config, control_socket, notifier, predecessor).run()
 
     try:
         asyncio.run(serve())
-    except (LockError, ControlError, StartError) as error:
+    except (LockError, ControlError, StartError, HandoverError) as error:
         logs.print_error(f"token-resource: {error}")
         return EXIT_FAILED
     finally:

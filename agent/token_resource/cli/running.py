@@ -1,16 +1,21 @@
-"""`token-resource reload` and `status`: questions to the running agent over its control socket."""
+"""`token-resource reload`, `status` and `handover`: questions to the running agent over its
+control socket."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import time
 
-from token_resource.cli.common import EXIT_FAILED, EXIT_OK
+from token_resource.cli.common import EXIT_FAILED, EXIT_OK, EXIT_UNSUPPORTED
 from token_resource.host import logs
 from token_resource.host.control import ControlError, default_control_socket, request
 from token_resource.observe.report import render_prepared_claims, render_text
 
 RELOAD_TIMEOUT = 90.0
+# What --else-restart restarts: the host package's unit.
+UNIT = "token-resource.service"
 
 
 def reload(args: argparse.Namespace) -> int:
@@ -40,6 +45,40 @@ def status(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(report, indent=2) if args.json else render_text(report))
     return EXIT_OK
+
+
+def handover(args: argparse.Namespace) -> int:
+    """Ask for a handover; return once the successor answers on the control socket."""
+    path = args.control_socket or default_control_socket()
+    try:
+        pid = int(request(path, "handover", args.timeout))
+    except ControlError as error:
+        if "unknown command" in str(error):
+            if args.else_restart:
+                return subprocess.run(["systemctl", "restart", UNIT], check=False).returncode
+            logs.print_error(
+                "token-resource handover: the running agent is older than the handover: "
+                f"restart it (systemctl restart {UNIT})"
+            )
+            return EXIT_UNSUPPORTED
+        logs.print_error(f"token-resource handover: {error}, the running agent goes on serving")
+        return EXIT_FAILED
+    deadline = time.monotonic() + args.timeout
+    while True:
+        try:
+            agent = json.loads(request(path, "status", args.timeout))["agent"]
+            if agent.get("pid") == pid:
+                print(f"handed over to pid {pid}: token-resource {agent['version']} serves")
+                return EXIT_OK
+        except (ControlError, ValueError, KeyError, TypeError):
+            pass  # the successor opens the control socket once its predecessor has left
+        if time.monotonic() > deadline:
+            logs.print_error(
+                f"token-resource handover: pid {pid} took over but does not answer on {path} "
+                f"within {args.timeout:g} s"
+            )
+            return EXIT_FAILED
+        time.sleep(0.05)
 
 
 def _ask(args: argparse.Namespace, command: str) -> str | None:

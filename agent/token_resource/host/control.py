@@ -1,7 +1,8 @@
-"""The control socket: ``token-resource reload`` and ``status`` talk to the running agent.
+"""The control socket: ``token-resource reload``, ``status`` and ``handover`` talk to the
+running agent.
 
-One request line (``reload`` or ``status``), one answer: ``ok <text>`` or ``error <text>``,
-then the agent closes the connection. A reload answers only once the file has been applied or
+One request line (a command), one answer: ``ok <text>`` or ``error <text>``, then the agent
+closes the connection. A reload answers only once the file has been applied or
 rejected, which makes ``systemctl reload`` wait for the truth (``kill -HUP`` cannot).
 """
 
@@ -19,7 +20,7 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 Answer = tuple[bool, str]
-COMMANDS = ("reload", "status")
+COMMANDS = ("reload", "status", "handover")
 _MAX_REQUEST = 64
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import array
 import os
+import select
+import socket
 import time
 from collections.abc import Mapping
 
@@ -12,11 +15,44 @@ import sdnotify
 class SystemdNotifier:
     """READY / RELOADING / STOPPING / STATUS / WATCHDOG messages to ``$NOTIFY_SOCKET``."""
 
-    def __init__(self) -> None:
+    def __init__(self, muted: bool = False) -> None:
+        """``muted``: silent until unmute(), as a successor is until it is the main process
+        (systemd refuses, and logs, messages from any other)."""
         # sdnotify reads $NOTIFY_SOCKET itself.
         self._notifier = sdnotify.SystemdNotifier() if os.environ.get("NOTIFY_SOCKET") else None
         self.watchdog_interval = _watchdog_interval(os.environ)
         self._status: str | None = None
+        self._muted = muted
+
+    def unmute(self) -> None:
+        self._muted = False
+
+    def main_pid(self, pid: int, timeout: float = 5.0) -> bool:
+        """Make ``pid`` the service's main process, and fall silent: the messages are then
+        its. Returns once systemd has read the message (a barrier: it closes the descriptor
+        sent with BARRIER=1 after the messages before), False if it did not within
+        ``timeout``."""
+        if self._notifier is None or self._muted:
+            return True
+        self._send(f"MAINPID={pid}")
+        self._muted = True
+        client = self._notifier.socket
+        if client is None:
+            return True
+        read_end, write_end = os.pipe()
+        try:
+            fds = array.array("i", [write_end])
+            client.sendmsg([b"BARRIER=1"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            os.close(write_end)
+            write_end = -1
+            readable, _, _ = select.select([read_end], [], [], timeout)
+            return bool(readable)
+        except OSError:
+            return False
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
 
     def ready(self, status: str) -> None:
         self._status = status
@@ -43,7 +79,7 @@ class SystemdNotifier:
         self._notifier = None
 
     def _send(self, message: str) -> None:
-        if self._notifier is not None:
+        if self._notifier is not None and not self._muted:
             self._notifier.notify(message)
 
 

@@ -105,6 +105,10 @@ class Reconciler:
         """Whether a kubelet accepts calls on kubelet.sock (not merely a file left there)."""
         return self._kubelet.accepting()
 
+    def kubelet_expected(self) -> bool:
+        """Whether a kubelet.sock is there, answering or not yet."""
+        return self._kubelet.identity() is not None
+
     def states(self) -> list[PluginState]:
         return [self._state(name) for name in self._sorted_names()]
 

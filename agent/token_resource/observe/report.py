@@ -6,6 +6,7 @@ JSON or renders it as text. The command imports only the standard library, so th
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -199,7 +200,7 @@ class StatusReport:
             "summary": self.summary,
             # Which code answers: after an upgrade, the new installation's (its version, from
             # the metadata beside the package it imported, and that package's directory).
-            "agent": {"version": __version__, "package": str(PACKAGE_DIR)},
+            "agent": {"version": __version__, "package": str(PACKAGE_DIR), "pid": os.getpid()},
             "cluster_pools": None if self.cluster_pools is None else asdict(self.cluster_pools),
             "instance": None if self.instance is None else asdict(self.instance),
             "plugin_sockets": None if self.plugin_sockets is None else asdict(self.plugin_sockets),
