@@ -11,6 +11,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,25 @@ def configure(
     )
 
 
+@contextmanager
+def serving(
+    ca: CertificateAuthority,
+    device_plugin_dir: Path,
+    agent: AgentProcess,
+    tmp_path: Path,
+    release: str,
+) -> Iterator[KubeletStandin]:
+    """The agent serving a kubelet of ``release`` (its Node says which) on the fixed names."""
+    with (
+        ApiServerStandin(ca) as apiserver,
+        KubeletStandin(device_plugin_dir, device_manager=release) as kubelet,
+    ):
+        configure(agent, apiserver, tmp_path, f"v{release}.2")
+        agent.start()
+        kubelet.wait_for(lambda v: endpoints(v) == (FIXED,), TIMEOUT)
+        yield kubelet
+
+
 def endpoints(view: KubeletView) -> tuple[str, ...]:
     resource = view.resources.get(TOKEN)
     return () if resource is None else resource.endpoints
@@ -77,14 +97,7 @@ def test_on_1_37_the_successor_is_registered_before_the_agent_leaves(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="kubelet-standin")
-    with (
-        ApiServerStandin(ca) as apiserver,
-        KubeletStandin(device_plugin_dir, device_manager="1.37") as kubelet,
-    ):
-        configure(agent, apiserver, tmp_path, "v1.37.2")
-        agent.start()
-        kubelet.wait_for(lambda v: endpoints(v) == (FIXED,), TIMEOUT)
-
+    with serving(ca, device_plugin_dir, agent, tmp_path, "1.37") as kubelet:
         _, old, status = handed_over(agent)
         assert status == 0
         new = f"token-resource/example.com_token-handover-{old}.sock"
@@ -105,14 +118,7 @@ def test_on_1_37_the_successor_is_registered_before_the_agent_leaves(
 def test_on_1_36_the_successor_waits_ready_and_registers_as_the_agent_leaves(
     ca: CertificateAuthority, device_plugin_dir: Path, agent: AgentProcess, tmp_path: Path
 ) -> None:
-    with (
-        ApiServerStandin(ca) as apiserver,
-        KubeletStandin(device_plugin_dir, device_manager="1.36") as kubelet,
-    ):
-        configure(agent, apiserver, tmp_path, "v1.36.2")
-        agent.start()
-        kubelet.wait_for(lambda v: endpoints(v) == (FIXED,), TIMEOUT)
-
+    with serving(ca, device_plugin_dir, agent, tmp_path, "1.36") as kubelet:
         _, old, status = handed_over(agent)
         assert status == 0
         view = kubelet.wait_for(
