@@ -275,10 +275,13 @@ def test_systemd_247_runs_the_same_unit(node: AgentNode) -> None:
     print(f"systemd {version}: systemd-analyze security (the loaded unit): {match.group(1)}")
 
 
-def test_upgrade_keeps_a_modified_conffile_and_restarts_the_agent(node: AgentNode) -> None:
+def test_upgrade_keeps_a_modified_conffile_and_hands_over_to_the_new_agent(
+    node: AgentNode,
+) -> None:
     node.write_config(LOCAL)
     node.wait_for_counts(LOCAL)
     old_version, old_pid = package_version(node), node.main_pid()
+    invocation, restarts = node.show("InvocationID"), node.show("NRestarts")
     upgrade = node.exec(
         ["apt-get", "install", "-y", "-q", "/srv/test/bundled-upgrade.deb"], timeout=300
     )
@@ -296,7 +299,13 @@ def test_upgrade_keeps_a_modified_conffile_and_restarts_the_agent(node: AgentNod
         new_version,
     ]
     assert node.show("ActiveState") == "active"
-    assert node.main_pid() not in (0, old_pid), "the upgrade did not restart the agent"
+    new_pid = node.main_pid()
+    assert new_pid not in (0, old_pid), "the upgrade did not hand over to a new agent"
+    # The launcher run again (python3 -IS, the private libraries), in the same run of the unit.
+    assert (node.show("InvocationID"), node.show("NRestarts")) == (invocation, restarts)
+    assert f"stopping: handed over to pid {new_pid}" in node.journal()
+    status = node.exec(["token-resource", "status", "--json"]).stdout
+    assert f'"pid": {new_pid}' in status, status
     node.wait_for_counts(LOCAL, min_registrations=2)
 
 

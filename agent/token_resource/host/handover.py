@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from token_resource.host.notify import SystemdNotifier
 
@@ -39,9 +40,15 @@ class HandoverError(Exception):
     """The handover did not happen; the agent that asked keeps serving."""
 
 
-def successor_command() -> list[str]:
-    """This process's command line, run again from the files installed now."""
-    return [sys.executable, "-m", "token_resource", *sys.argv[1:]]
+def successor_command(argv: list[str] | None = None) -> list[str]:
+    """This process's command line, run again from the files installed now: the installed
+    command itself where it was one (its ``#!`` line chooses the interpreter and its flags, as
+    the self-contained package's launcher needs), else ``python -m token_resource``."""
+    program, *arguments = argv or sys.argv
+    if Path(program).name != "__main__.py" and os.access(program, os.X_OK):
+        return [program, *arguments]
+    flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-S", sys.flags.no_site)) if on]
+    return [sys.executable, *flags, "-m", "token_resource", *arguments]
 
 
 async def start_successor(
