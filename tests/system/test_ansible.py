@@ -38,7 +38,7 @@ GPU_NODE = "gpu-1.example.com"
 WRITE_CONFIG = "Write /etc/token-resource.toml (validated by token-resource check first)"
 INSTALL_FILE = "Install the package file with apt"
 RELOAD = "Reload token-resource"
-RESTART = "Restart token-resource"
+HANDOVER = "Hand over to the new token-resource"
 # Starts the kubelet stand-in (which imports the agent's package) once the .deb is installed.
 KUBELET_PATH_UNIT = """\
 [Unit]
@@ -229,7 +229,7 @@ def test_count_change_for_one_group_reloads_only_its_hosts(fleet: Fleet) -> None
     after = snapshot(fleet)
     for host in fleet.nodes:
         assert after[host]["pid"] == before[host]["pid"], host  # reloaded, never restarted
-        assert not run.ran(host, RESTART), str(run)
+        assert not run.ran(host, HANDOVER), str(run)
         if host in changed:
             assert run.ran(host, RELOAD, "changed"), str(run)
             assert after[host]["reloads"] == before[host]["reloads"] + 1, host
@@ -317,7 +317,7 @@ def installed_version(node: AgentNode) -> str:
     return node.exec(["dpkg-query", "-W", "-f=${Version}", "token-resource"]).stdout
 
 
-def test_package_upgrade_restarts_and_rollback_restores(fleet: Fleet, artifacts: Path) -> None:
+def test_package_upgrade_hands_over_and_rollback_restores(fleet: Fleet, artifacts: Path) -> None:
     expected = fleet.expected_counts()
     original = fleet.read_vars("group_vars", ALL_NODES)
     before = snapshot(fleet)
@@ -331,7 +331,7 @@ def test_package_upgrade_restarts_and_rollback_restores(fleet: Fleet, artifacts:
     assert run.returncode == 0, str(run)
     upgraded = snapshot(fleet)
     for host, node in fleet.nodes.items():
-        assert run.ran(host, RESTART, "changed"), str(run)
+        assert run.ran(host, HANDOVER, "changed"), str(run)
         assert not run.ran(host, RELOAD), str(run)
         assert installed_version(node) != versions[host]
         assert upgraded[host]["pid"] != before[host]["pid"], host
@@ -342,7 +342,7 @@ def test_package_upgrade_restarts_and_rollback_restores(fleet: Fleet, artifacts:
     run = fleet.playbook()
     assert run.returncode == 0, str(run)
     for host, node in fleet.nodes.items():
-        assert run.ran(host, RESTART, "changed"), str(run)
+        assert run.ran(host, HANDOVER, "changed"), str(run)
         assert installed_version(node) == versions[host]
         assert node.main_pid() != upgraded[host]["pid"], host
     assert_serves(fleet, expected)

@@ -41,6 +41,46 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.2)
 
 
+def test_an_upgrade_whose_successor_cannot_start_fails_and_the_agent_serves_on(
+    node: AgentNode,
+) -> None:
+    """A file the running agent refused (it serves the one before) stops the new agent too:
+    the postinst fails with the reason, the old agent serves on; once the file is fixed,
+    ``dpkg --configure -a`` hands over. A downgrade then hands over back."""
+    old_version = package_version(node)
+    node.write_config(LOCAL)
+    node.wait_for_counts(LOCAL)
+    old_pid = node.main_pid()
+    node.write(CONFIG, '[resources]\n"example.com/token" = "seven"\n')
+    upgrade = node.exec(
+        ["apt-get", "install", "-y", "-q", "/srv/test/token-resource-upgrade.deb"],
+        timeout=300,
+        check=False,
+    )
+    assert upgrade.returncode != 0, upgrade.stdout
+    said = upgrade.stdout + upgrade.stderr
+    assert "exited with status 1 before it could serve" in said, said
+    assert "the running agent goes on serving" in said, said
+    assert node.exec(
+        ["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "token-resource"]
+    ).stdout.startswith("iF")
+    assert (node.show("ActiveState"), node.main_pid()) == ("active", old_pid)
+    node.wait_for_counts(LOCAL)
+    assert "handover failed, this agent goes on serving" in node.journal()
+
+    node.write_config(LOCAL)
+    node.exec(["dpkg", "--configure", "-a"], timeout=300)
+    assert node.main_pid() not in (0, old_pid)
+    assert package_version(node) != old_version
+    downgrade = node.exec(
+        ["apt-get", "install", "-y", "-q", "--allow-downgrades", "/srv/test/token-resource.deb"],
+        timeout=300,
+    )
+    assert package_version(node) == old_version, downgrade.stdout
+    assert node.show("NRestarts") == "0"
+    node.wait_for_counts(LOCAL)
+
+
 def test_upgrade_keeps_a_modified_conffile_and_hands_over_to_the_new_agent(
     node: AgentNode,
 ) -> None:
@@ -75,6 +115,9 @@ def test_upgrade_keeps_a_modified_conffile_and_hands_over_to_the_new_agent(
     assert f'"pid": {new_pid}' in status, status
     assert f"stopping: handed over to pid {new_pid}" in node.journal()
     node.wait_for_counts(LOCAL, min_registrations=2)
+    # systemd speaks with the successor: a reload (ExecReload= over its control socket).
+    node.systemctl("reload", UNIT)
+    assert node.main_pid() == new_pid
 
     # systemd watches the successor: frozen, its watchdog (WatchdogSec=20s) has it replaced.
     node.exec(["kill", "-STOP", str(new_pid)])
