@@ -180,18 +180,19 @@ class AgentProcess:
             "handover": control,
         }.get(command, [])
 
-    def handover(self, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        """``token-resource handover``; once it says the successor serves, the successor is
+    def handover(self, *command: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``token-resource handover`` (or ``command``, which may lead to one); once it says
+        the successor serves, the successor is
         this agent's process (the predecessor waited for first: the successor, orphaned, then
         becomes this test's child, which makes its exit status readable)."""
         assert self.process is not None
         predecessor = self.process
         _child_subreaper(True)
         try:
-            result = self.cli("handover", timeout=timeout)
+            result = self.cli(*(command or ("handover",)), timeout=timeout)
             if result.returncode == 0:
                 predecessor.wait(timeout)
-                found = re.match(r"handed over to pid (\d+):", result.stdout)
+                found = re.search(r"^handed over to pid (\d+):", result.stdout, re.M)
                 assert found is not None, result.stdout
                 self.process = Adopted(int(found.group(1)))
         finally:

@@ -154,6 +154,32 @@ def test_a_successor_that_cannot_start_leaves_the_agent_serving(
         assert agent.stop() == 0
 
 
+def test_a_reload_of_a_setting_read_at_start_hands_over_when_asked(
+    device_plugin_dir: Path, agent: AgentProcess, tmp_path: Path
+) -> None:
+    """``reload --else-handover`` (the Ansible role's): a file whose [metrics] changed is
+    refused by the running agent and read by a successor."""
+    textfile = tmp_path / "token-resource.prom"
+    with KubeletStandin(device_plugin_dir) as kubelet:
+        agent.write_config(f'[resources]\n"{TOKEN}" = 3\n')
+        agent.start()
+        kubelet.wait_for(lambda v: endpoints(v) == (FIXED,), TIMEOUT)
+        running = agent.process
+        assert running is not None
+        agent.write_config(f'[metrics]\ntextfile = "{textfile}"\n[resources]\n"{TOKEN}" = 3\n')
+        plain = agent.cli("reload")
+        assert plain.returncode == 1
+        assert "this takes a new agent (token-resource handover" in plain.stderr, plain.stderr
+
+        result = agent.handover("reload", "--else-handover")
+        assert result.returncode == 0, result.stderr
+        assert "metrics.textfile" in result.stdout
+        assert agent.process is not running
+        assert running.wait(1) == 0
+        assert "token_resource_tokens_configured" in textfile.read_text()
+        assert agent.stop() == 0
+
+
 def test_an_agent_older_than_the_handover_is_named_for_a_restart(tmp_path: Path) -> None:
     """An agent of a release before the handover answers as its control socket did (an unknown
     command); the command then exits 3, which the package's script answers by a restart."""

@@ -97,7 +97,7 @@ def test_the_dra_paths_and_driver_take_a_restart(tmp_path: Path) -> None:
         load_reload(main, AgentSettings(), running_dra=running)
     assert str(refused.value) == (
         f"{main}, key dra.driver: driver changed from a.example.com to b.example.com: this"
-        " takes a restart of the agent, not a reload"
+        " takes a new agent (token-resource handover, or a restart), not a reload"
     )
     assert load_reload(main, AgentSettings(), running_dra=DraSettings("b.example.com")).dra == (
         DraSettings("b.example.com")

@@ -116,7 +116,7 @@ def test_changing_where_metrics_go_takes_a_restart_but_the_socket_reloads(
         load_reload(main, running_agent, running)
     assert str(caught.value) == (
         f"{main}, key metrics.listen: listen changed from 127.0.0.1:9464 to 127.0.0.1:9465: "
-        "this takes a restart of the agent, not a reload"
+        "this takes a new agent (token-resource handover, or a restart), not a reload"
     )
     main.write_text(agent + RESOURCES + f'[metrics]\ntextfile = "{tmp_path}/m.prom"\n')
     with pytest.raises(ConfigError, match=r"key metrics\.textfile: textfile changed from unset to"):

@@ -11,22 +11,17 @@ of other hosts), which needs the Ansible virtualenv (TOKEN_RESOURCE_ANSIBLE_VENV
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.packaging.local_playbook import ROLE, run_playbook
 from tests.scripts import load_script
 
 # ansible-playbook runs: a minute quiet, more under load.
 pytestmark = pytest.mark.timeout(600)
-
-REPO = Path(__file__).resolve().parents[2]
-ROLE = REPO / "packaging/ansible/roles/token_resource"
-
 
 FILTER = load_script(ROLE / "filter_plugins/token_resource_package.py", "token_resource_package")
 
@@ -105,14 +100,7 @@ def test_hosts_it_cannot_place_are_refused_with_the_variable_to_set(
         choose(host, **kwargs)
 
 
-def ansible_venv() -> Path:
-    return Path(os.environ.get("TOKEN_RESOURCE_ANSIBLE_VENV") or REPO / ".venv/ansible")
-
-
 def test_the_roles_choose_tasks_under_ansible_playbook() -> None:
-    playbook_bin = ansible_venv() / "bin/ansible-playbook"
-    if not playbook_bin.exists():
-        pytest.fail(f"{playbook_bin} is missing: run `make ansible-venv`", pytrace=False)
     hosts = {
         "debian11": facts("Debian", "11"),
         "debian12": facts("Debian", "12"),
@@ -154,46 +142,19 @@ def test_the_roles_choose_tasks_under_ansible_playbook() -> None:
             ],
         }
     ]
-    inventory = {
-        "all": {
-            "hosts": {
+    with tempfile.TemporaryDirectory(prefix="ansible-choice-") as tmp:
+        directory = Path(tmp)
+        run_playbook(
+            play,
+            {
                 name: {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": str(ansible_venv() / "bin/python"),
                     "fake_facts": host,
                     **({"token_resource_epel": True} if name == "rocky9epel" else {}),
                 }
                 for name, host in hosts.items()
-            }
-        }
-    }
-    with tempfile.TemporaryDirectory(prefix="ansible-choice-") as tmp:
-        directory = Path(tmp)
-        (directory / "play.yml").write_text(json.dumps(play))
-        (directory / "inventory.json").write_text(json.dumps(inventory))
-        env = {
-            "PATH": f"{ansible_venv() / 'bin'}:/usr/bin:/bin",
-            "HOME": tmp,
-            "ANSIBLE_ROLES_PATH": str(ROLE.parent),
-            "ANSIBLE_LOCAL_TEMP": str(directory / "tmp"),
-            "ANSIBLE_NOCOLOR": "1",
-        }
-        result = subprocess.run(
-            [
-                str(playbook_bin),
-                "-i",
-                str(directory / "inventory.json"),
-                "-e",
-                f"out_dir={directory}",
-                str(directory / "play.yml"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            check=False,
+            },
+            directory,
         )
-        assert result.returncode == 0, result.stdout + result.stderr
         chosen = {name: json.loads((directory / f"{name}.json").read_text()) for name in hosts}
     assert chosen["debian11"]["name"] == "token-resource-bundled"
     assert chosen["debian11"]["file"] == files["python3.9-amd64"]

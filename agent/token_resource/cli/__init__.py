@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--timeout", type=float, default=running.RELOAD_TIMEOUT, help="seconds to wait"
         )
+        if name == "reload":
+            command.add_argument(
+                "--else-handover",
+                action="store_true",
+                help="when the agent refuses the file for a setting it reads only at start, "
+                "have it hand over to a new agent that reads it (no gap)",
+            )
         if name == "handover":
             command.add_argument(
                 "--else-restart",

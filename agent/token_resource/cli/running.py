@@ -9,6 +9,7 @@ import subprocess
 import time
 
 from token_resource.cli.common import EXIT_FAILED, EXIT_OK, EXIT_UNSUPPORTED
+from token_resource.config.load import NEEDS_A_NEW_AGENT
 from token_resource.host import logs
 from token_resource.host.control import ControlError, default_control_socket, request
 from token_resource.observe.report import render_prepared_claims, render_text
@@ -19,8 +20,13 @@ UNIT = "token-resource.service"
 
 
 def reload(args: argparse.Namespace) -> int:
-    answer = _ask(args, "reload")
-    if answer is None:
+    try:
+        answer = request(args.control_socket or default_control_socket(), "reload", args.timeout)
+    except ControlError as error:
+        if args.else_handover and NEEDS_A_NEW_AGENT in str(error):
+            print(f"token-resource reload: {error}: handing over", flush=True)
+            return handover(args)
+        logs.print_error(f"token-resource reload: {error}")
         return EXIT_FAILED
     print(answer)
     return EXIT_OK
@@ -54,7 +60,7 @@ def handover(args: argparse.Namespace) -> int:
         pid = int(request(path, "handover", args.timeout))
     except ControlError as error:
         if "unknown command" in str(error):
-            if args.else_restart:
+            if getattr(args, "else_restart", False):
                 return subprocess.run(["systemctl", "restart", UNIT], check=False).returncode
             logs.print_error(
                 "token-resource handover: the running agent is older than the handover: "

@@ -103,6 +103,8 @@ def validate_config(main: Path) -> Validation:
 
 # The settings a reload may not change: the agent serves from the old ones until it restarts
 # (the chart rolls its pods when one of them changes: deploy/helm's restartSettings).
+# What a refused reload of one of them says: the CLI's reload --else-handover looks for it.
+NEEDS_A_NEW_AGENT = "this takes a new agent (token-resource handover, or a restart), not a reload"
 RESTART_ONLY = (
     "agent.device_plugin_dir",
     "metrics.textfile",
@@ -134,8 +136,7 @@ def load_reload(
         after = getattr(after_tables[table], name)
         if before != after:
             raise ConfigError(
-                f"{name} changed from {_setting(before)} to {_setting(after)}: "
-                "this takes a restart of the agent, not a reload",
+                f"{name} changed from {_setting(before)} to {_setting(after)}: {NEEDS_A_NEW_AGENT}",
                 file=main,
                 key=key,
             )

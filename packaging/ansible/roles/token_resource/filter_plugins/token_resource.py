@@ -1,16 +1,22 @@
-# The role's filter token_resource_problems: what is wrong with token_resource_resources,
-# by the agent's own rules (agent/token_resource/config.py, token-resource.toml(5)), so
+# The role's filters. token_resource_problems: what is wrong with token_resource_resources,
+# by the agent's own rules (agent/token_resource/config/, token-resource.toml(5)), so
 # that tasks/validate.yml refuses bad input on the controller before any host changes.
-# Rules that span resources (two resources with one env) are left to `token-resource
-# check`, which validates the rendered file on the host before it is installed.
+# Rules that span resources (two resources with one env) and a probe's or a cluster pool's
+# keys are left to `token-resource check`, which validates the rendered file on the host
+# before it is installed. token_resource_toml: a value as the file writes it.
+# token_resource_unserved: what the agent (its `status --json`) does not serve yet.
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 MAX_COUNT = 100_000
-RESOURCE_KEYS = ("advertise", "count", "env")
-ADVERTISE_MODES = ("device-plugin", "node-status")
+# The agent's keys of a resource's table (tests/packaging/test_ansible_role_keys.py holds
+# them to config/sections.py's).
+RESOURCE_KEYS = ("advertise", "count", "env", "nodes", "probe", "scope")
+ADVERTISE_MODES = ("device-plugin", "dra", "node-status")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
 _NAME_PART = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -71,7 +77,7 @@ def _value_problem(value: object) -> str | None:
             "env must be an environment variable name (letters, digits and '_', not starting"
             f" with a digit), got {value['env']!r}"
         )
-    if value.get("advertise", ADVERTISE_MODES[0]) not in ADVERTISE_MODES:
+    if _advertise(value) not in ADVERTISE_MODES:
         return f"advertise must be one of {', '.join(ADVERTISE_MODES)}, got {value['advertise']!r}"
     return _count_problem(value["count"])
 
@@ -84,6 +90,68 @@ def _count_problem(count: object) -> str | None:
     return None
 
 
+def token_resource_toml(value: object) -> str:
+    """``value`` as a TOML value: a string, integer, float, boolean, array, or an inline
+    table for a mapping (a probe's, say)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        # A JSON string is a TOML basic string (the same escapes), non-ASCII kept as is.
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        pairs = (f"{_key(key)} = {token_resource_toml(item)}" for key, item in value.items())
+        return "{ " + ", ".join(pairs) + " }" if value else "{}"
+    if isinstance(value, Sequence):
+        return "[" + ", ".join(token_resource_toml(item) for item in value) + "]"
+    raise TypeError(f"no TOML value for {value!r} ({type(value).__name__})")
+
+
+def _key(key: object) -> str:
+    text = str(key)
+    return text if _BARE_KEY.fullmatch(text) else json.dumps(text, ensure_ascii=False)
+
+
+def token_resource_unserved(
+    status: str, resources: Mapping[str, object], registered: bool = True
+) -> list[str]:
+    """What ``status`` (the agent's ``status --json``) lacks of ``resources``: each resource
+    with its count, registered with the kubelet (device plugins, DRA) when ``registered``,
+    and node-status counts accepted by the API server. An empty list when it serves them."""
+    try:
+        report = json.loads(status)
+    except ValueError:
+        return [f"the agent's status is not JSON: {status[:200]!r}"]
+    served = {resource["name"]: resource for resource in report.get("resources") or ()}
+    problems = []
+    for name, value in resources.items():
+        count = value["count"] if isinstance(value, Mapping) else value
+        resource = served.get(name)
+        if resource is None:
+            problems.append(f"{name}: not served")
+        elif resource["count"] != count:
+            problems.append(f"{name}: count {resource['count']}, not {count}")
+        elif registered and resource["registered"] is False:
+            problems.append(f"{name}: not registered with the kubelet ({resource['advertise']})")
+    extra = sorted(set(served) - set(resources))
+    if extra:
+        problems.append(f"served but not configured: {', '.join(extra)}")
+    node_status = [name for name, value in resources.items() if _advertise(value) == "node-status"]
+    summary = report.get("summary", "")
+    if node_status and not re.search(r"node status of [^:]+: accepted", summary):
+        problems.append(f"node status of {', '.join(node_status)} not accepted: {summary}")
+    return problems
+
+
+def _advertise(value: object) -> object:
+    return value.get("advertise", ADVERTISE_MODES[0]) if isinstance(value, Mapping) else None
+
+
 class FilterModule:
     def filters(self) -> dict[str, object]:
-        return {"token_resource_problems": token_resource_problems}
+        return {
+            "token_resource_problems": token_resource_problems,
+            "token_resource_toml": token_resource_toml,
+            "token_resource_unserved": token_resource_unserved,
+        }
