@@ -22,6 +22,8 @@ REGISTRATION_SECONDS = 10.0
 
 
 class Succession:
+    """Who this agent takes over from (a predecessor, once) and hands over to (a successor)."""
+
     def __init__(
         self, predecessor: Predecessor | None, notifier: SystemdNotifier, place: Placement
     ) -> None:
