@@ -28,7 +28,7 @@ import pytest
 
 from tests.harness import AgentProcess, write_file
 from tests.seeded import seeds
-from tests.standin.kubelet import KubeletStandin, KubeletView, serves_exactly
+from tests.standin.kubelet import BINDING_NAME, KubeletStandin, KubeletView, serves_exactly
 from token_resource.config.errors import ConfigError
 from token_resource.config.load import load_reload
 from token_resource.config.model import AgentSettings
@@ -103,7 +103,10 @@ def connections(pid: int) -> dict[str, int]:
         ).stdout.splitlines()[1:]
     ]
     # ss: Netid State Recv-Q Send-Q Local-Address Local-Inode Peer-Address Peer-Inode Process
-    kubelet_ends = {row[5] for row in rows if row[4].endswith("/kubelet.sock")}
+    # ss names a listening socket by the name it was bound under (the stand-in's BINDING_NAME).
+    kubelet_ends = {
+        row[5] for row in rows if row[4].endswith(("/kubelet.sock", f"/{BINDING_NAME}"))
+    }
     own = [row for row in rows if row[1] == "ESTAB" and f"pid={pid}," in row[-1]]
     return {
         "kubelet_connections": sum(row[7] in kubelet_ends for row in own),
@@ -195,7 +198,8 @@ def toml(counts: Mapping[str, int]) -> str:
 RESTART_COUNTS = {"example.com/a": 2, "example.com/b": 3, "example.com/c": 1, "acme/d": 4}
 
 
-@seeds()
+# 318421830: a Register failed by a kubelet's stop kept its connection (grpcio 1.46, CI under load)
+@seeds(318421830)
 @pytest.mark.timeout(600)  # many agent restarts: minutes under load
 def test_kubelet_restarts_in_a_row_lose_nothing_and_leak_nothing(
     agent: AgentProcess, kubelet: KubeletStandin, rng: random.Random

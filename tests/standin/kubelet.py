@@ -91,6 +91,9 @@ __all__ = [
 ]
 
 _REGISTER_WORKERS = 16
+# The name kubelet.sock is bound under before the rename (start(): why); the name the
+# socket keeps in ss and /proc/net/unix.
+BINDING_NAME = f".{KUBELET_SOCKET}.binding"
 # How long stop() (and a replacing Register) waits for a client thread to end after its stream
 # was cancelled, and again after its channel was closed. A cancelled sync stream was once seen
 # still waiting in __next__ under heavy load; closing the channel ends it for certain.
@@ -233,7 +236,7 @@ class KubeletStandin(RegistrationServer, PodAdmission):
             # 1.85), while a real kubelet's net.Listen binds and listens back to back. So it
             # binds under another name, and kubelet.sock appears, by a rename, only once it
             # listens (connections then wait for start()).
-            binding = self.socket_dir / f".{KUBELET_SOCKET}.binding"
+            binding = self.socket_dir / BINDING_NAME
             binding.unlink(missing_ok=True)
             # Older grpcio reports a failed bind by returning 0 instead of raising.
             if not server.add_insecure_port(f"unix:{binding}"):

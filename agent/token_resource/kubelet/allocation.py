@@ -71,8 +71,10 @@ async def _read(socket: Path, resources: frozenset[str]) -> Allocation:
             except grpc.aio.AioRpcError as error:
                 if error.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
+                error.__traceback__ = None  # as a failed Register's (registration.py)
                 allocatable = None
         except grpc.aio.AioRpcError as error:
+            error.__traceback__ = None
             raise AllocationUnknown(
                 f"the kubelet's PodResources API at {socket} did not answer: "
                 f"{error.code().name}: {error.details()}"

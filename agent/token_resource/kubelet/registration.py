@@ -58,6 +58,11 @@ class KubeletClient:
         try:
             await self._register(request, timeout=REGISTER_TIMEOUT)
         except grpc.aio.AioRpcError as error:
+            # grpcio 1.46 keeps a failed call and this error in a reference cycle (its task holds
+            # the error, whose traceback's frames hold the call) and, with the call, its
+            # connection to a kubelet that is gone, closed channel or not, until the cyclic
+            # collector runs: hours in a quiet agent. Without the traceback nothing holds it.
+            error.__traceback__ = None
             raise RegistrationError(
                 f"{error.code().name}: {error.details()}", answered=error.code() not in _UNREACHED
             ) from None
