@@ -76,6 +76,10 @@ HOST_TOOLS = {
 }
 
 CGROUP_HIERARCHIES = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/systemd"))
+# How long a boot may take to reach "running", and a stopped container's processes to go and
+# its cgroups to empty: waits for an event, generous for a busy 2-core machine.
+BOOT_TIMEOUT_SECONDS = 180.0
+TEARDOWN_TIMEOUT_SECONDS = 30.0
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -311,7 +315,9 @@ class Node:
                 start_new_session=True,
             )
         self.leader = self._wait_for_leader(timeout=30)
-        self._wait_until_running(timeout=60)
+        # A boot takes 2-5 s alone; beside make test's Go builds and unit runs it can take many
+        # times that, and a failure to boot is told by nspawn's exit or a degraded state anyway.
+        self._wait_until_running(timeout=BOOT_TIMEOUT_SECONDS)
 
     def _wait_for_leader(self, timeout: float) -> int:
         assert self.process is not None
@@ -419,7 +425,7 @@ class Node:
             kill = cgroup / "cgroup.kill"
             if kill.exists():
                 kill.write_text("1")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + TEARDOWN_TIMEOUT_SECONDS
         while time.monotonic() < deadline and any(_cgroup_pids(c) for c in self.cgroups):
             for cgroup in self.cgroups:
                 for pid in _cgroup_pids(cgroup):
@@ -468,7 +474,7 @@ def _remove_cgroup_tree(cgroup: Path) -> None:
     if not cgroup.is_dir():
         return
     for directory, _, _ in sorted(os.walk(cgroup), key=lambda entry: -len(entry[0])):
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + TEARDOWN_TIMEOUT_SECONDS
         while True:
             try:
                 os.rmdir(directory)
