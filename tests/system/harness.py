@@ -342,10 +342,15 @@ class Node:
             if state == "running":
                 return
             if state == "degraded":
-                failed = self.sh("systemctl --failed --no-legend", check=False).stdout
-                raise HarnessError(f"the container booted degraded; failed units:\n{failed}")
+                raise HarnessError(
+                    f"the container booted degraded; failed units:\n{self.failed_units()}"
+                )
             time.sleep(0.1)
         raise HarnessError(f"the container is still {state!r} after {timeout} s")
+
+    def failed_units(self) -> str:
+        """systemd's list of failed units in the container, one per line."""
+        return self.sh("systemctl --failed --no-legend", check=False).stdout
 
     def exec(
         self,
