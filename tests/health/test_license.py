@@ -1,6 +1,7 @@
 """The license servers' probes: lmstat's and rlmstat's recorded outputs (license_outputs/, our
-own, in the documented formats) read for free seats, every variant and every error; then the
-probe running the stand-in tools (tests/standin/license_tools.py) as real processes."""
+own, each in the shape its README names: the vendors' manuals and real servers' captures) read
+for free seats, every variant and every error; then the probe running the stand-in tools
+(tests/standin/license_tools.py) as real processes."""
 
 from __future__ import annotations
 
@@ -39,8 +40,15 @@ def rlm(product: str = "solver", server: str = "5053@licsrv", tool: str = "rlmut
         (flexlm("Simulink"), "lmstat_unknown_feature.txt", Seats(4, 4)),
         # A triad with one member down, reserved seats counted in use by lmstat: 40 - 26.
         (flexlm("solver", "27000@h1,27000@h2,27000@h3"), "lmstat_reserved.txt", Seats(14, 40)),
+        # A triad all up: one Users line for the three, not three times the seats.
+        (flexlm("solver", "27000@lic1,27000@lic2,27000@lic3"), "lmstat_triad.txt", Seats(13, 24)),
+        # Borrowed seats (linger: the borrow period) and a lingering one are in use, a queued
+        # user is not: 6 - 4.
+        (flexlm(), "lmstat_borrowed.txt", Seats(2, 6)),
         # Two servers, each its own seats: 0 free on one, 3 on the other.
         (flexlm("solver", "27000@lic-a:27001@lic-b"), "lmstat_two_servers.txt", Seats(3, 9)),
+        # The second unreachable: the first's seats alone.
+        (flexlm("solver", "27000@lic-a:27001@lic-b"), "lmstat_one_of_two_down.txt", Seats(3, 5)),
         (flexlm(), "lmstat_overdrawn.txt", Seats(0, 2)),  # more in use than issued: none
         (rlm(), "rlmstat_one_pool.txt", Seats(6, 8)),
         (rlm("mesher"), "rlmstat_one_pool.txt", Seats(3, 4)),
@@ -78,15 +86,41 @@ def test_free_seats_are_issued_less_in_use_summed_over_servers_and_pools(
             "cannot read lmstat's line: "
             "Users of MATLAB:  (Total of ten licenses issued;  Total of 3 licenses in use)",
         ),
-        # Not listed: lmstat's last line says nothing wrong, so it is what the message shows.
-        (flexlm(), "lmstat_unknown_feature.txt", "no feature MATLAB in lmstat's output: "),
-        (flexlm("matlab"), "lmstat_counted.txt", "no feature matlab in lmstat's output"),
-        # Another feature's error is not this one's cause: the message shows lmstat's last
-        # line of its own instead.
+        # Not listed, the servers up: not served there.
+        (
+            flexlm(),
+            "lmstat_unknown_feature.txt",
+            "no feature MATLAB in lmstat's output: 27000@licsrv does not serve it",
+        ),
+        (
+            flexlm("matlab"),
+            "lmstat_counted.txt",
+            "no feature matlab in lmstat's output: 27000@licsrv does not serve it",
+        ),
+        # Another feature's error is not this one's cause, nor a host named failover-01.
         (
             flexlm("Simulink"),
             "lmstat_feature_error.txt",
-            "no feature Simulink in lmstat's output: Feature usage info:",
+            "no feature Simulink in lmstat's output: 27000@licsrv does not serve it",
+        ),
+        (
+            flexlm("mesher", "27000@lic1,27000@lic2,27000@lic3"),
+            "lmstat_triad.txt",
+            "no feature mesher in lmstat's output: 27000@lic1,27000@lic2,27000@lic3 does not "
+            "serve it",
+        ),
+        # Not listed where a server is down or its vendor daemon is: that server-level line.
+        (
+            flexlm("mesher", "27000@lic-a:27001@lic-b"),
+            "lmstat_one_of_two_down.txt",
+            "no feature mesher in lmstat's output: lic-b: Cannot connect to license server "
+            'system. (-15,570:111 "Connection refused")',
+        ),
+        (
+            flexlm(),
+            "lmstat_vendor_down.txt",
+            "no feature MATLAB in lmstat's output: MLM: The desired vendor daemon is down. "
+            "(-97,121)",
         ),
         (
             flexlm(),
@@ -105,7 +139,11 @@ def test_free_seats_are_issued_less_in_use_summed_over_servers_and_pools(
             "rlmstat_garbled.txt",
             "cannot read rlmstat's pool of solver: count: 8, inuse: 2, exp: 31-dec-2026",
         ),
-        (rlm(), "rlmstat_unknown_product.txt", "no product solver in rlmstat's output: "),
+        (
+            rlm(),
+            "rlmstat_unknown_product.txt",
+            "no product solver in rlmstat's output: 5053@licsrv does not serve it",
+        ),
         (
             rlm(),
             "rlmstat_server_down.txt",
@@ -124,6 +162,17 @@ def test_what_gives_no_count_is_a_problem_naming_the_offending_line(
     found = free_seats(probe, recorded(output) if output else "")
     assert isinstance(found, Unreadable), found
     assert found.problem.startswith(problem), found.problem
+
+
+def test_every_recorded_output_names_what_it_follows() -> None:
+    """license_outputs/README.md's table has a row for each recorded output, and no other."""
+    rows = [
+        line.split("|")[1].strip()
+        for line in (OUTPUTS / "README.md").read_text().splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().endswith(".txt")
+    ]
+    assert sorted(rows) == sorted(path.name for path in OUTPUTS.glob("*.txt"))
+    assert len(rows) == len(set(rows))
 
 
 def test_the_tools_are_asked_for_the_server_and_the_name() -> None:
@@ -190,7 +239,7 @@ def test_an_rlm_probe_counts_every_pool_of_its_product(tmp_path: Path) -> None:
             recorded("rlmstat_unknown_product.txt"),
             0,
             "rlm 5053@licsrv product solver: no product solver in rlmstat's output: "
-            "mesher v3.0: chen@node-03 1/0 at 03/04 09:05 (handle: 7e)",
+            "5053@licsrv does not serve it",
         ),
         (
             rlm(),

@@ -17,9 +17,11 @@ output, so that every variant is a recorded text in a test.
   know which version the pods' programs ask for. Only those sections name pools: rlmstat's
   header (``rlmutil v15.2``) has the shape of a pool's name line too.
 
-Free seats are never negative. A failure names the offending line of the output, or the most
-telling one (the tool's own error) when the asked-for name is missing; another feature's
-``Users of`` line is never that: its error is that feature's.
+Free seats are never negative. A failure names the offending line of the output; when the
+asked-for name is missing, the servers' own error (a server of a triad down, a vendor daemon
+down, no connection), else that the server does not serve it. The features' and products' own
+lines never give that error: another feature's ``(Error: ...)`` is that feature's, and a user
+or host named ``failover`` is no failure.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ _FLEXLM_COUNTED = re.compile(
     r"Total of (?P<issued>\d+) licenses? issued;\s+Total of (?P<used>\d+) licenses? in use"
 )
 _RLM_POOLS = re.compile(r"\S+ license pool status on .*")
+# What rlmstat says of an ISV server's products and users, up to its "-----" rule or the next
+# server's status: no server-level line.
+_RLM_PRODUCTS = re.compile(r"\S+ license (pool|usage) status on .*")
+_RLM_SERVER = re.compile(r"\S+ ISV server status on .*")
 _RLM_PRODUCT = re.compile(r"(?P<product>\S+) v\S+?(?:, pool: \d+)?")
 _RLM_POOL = re.compile(
     r"count: (?P<count>\d+), # reservations: (?P<reserved>\d+), inuse: (?P<used>\d+), exp: .*"
@@ -67,11 +73,13 @@ def argv(probe: ProbeSpec) -> tuple[str, ...]:
 
 def free_seats(probe: ProbeSpec, output: str) -> Seats | Unreadable:
     lines = [line.strip() for line in output.splitlines()]
-    name = str(probe.feature)
-    return flexlm_seats(lines, name) if probe.kind == FLEXLM else rlm_seats(lines, name)
+    name, server = str(probe.feature), str(probe.target)
+    if probe.kind == FLEXLM:
+        return flexlm_seats(lines, name, server)
+    return rlm_seats(lines, name, server)
 
 
-def flexlm_seats(lines: Sequence[str], feature: str) -> Seats | Unreadable:
+def flexlm_seats(lines: Sequence[str], feature: str, server: str) -> Seats | Unreadable:
     seats = []
     for line in lines:
         users = _FLEXLM_USERS.fullmatch(line)
@@ -88,12 +96,25 @@ def flexlm_seats(lines: Sequence[str], feature: str) -> Seats | Unreadable:
         else:
             return Unreadable(f"cannot read lmstat's line: {line}")
     if not seats:
-        others = [line for line in lines if _FLEXLM_USERS.fullmatch(line) is None]
-        return _missing("feature", feature, others, "lmstat")
+        return _missing(f"feature {feature}", flexlm_server_lines(lines), "lmstat", server)
     return Seats(sum(s.free for s in seats), sum(s.issued for s in seats))
 
 
-def rlm_seats(lines: Sequence[str], product: str) -> Seats | Unreadable:
+def flexlm_server_lines(lines: Sequence[str]) -> list[str]:
+    """lmstat's lines on its servers and vendor daemons: each server's, up to its ``Feature
+    usage info:``, where its features' lines begin."""
+    kept, in_features = [], False
+    for line in lines:
+        if line.startswith("License server status:"):
+            in_features = False
+        elif line == "Feature usage info:":
+            in_features = True
+        if not in_features:
+            kept.append(line)
+    return kept
+
+
+def rlm_seats(lines: Sequence[str], product: str, server: str) -> Seats | Unreadable:
     seats = []
     current: str | None = None  # the product of the pool lines that follow
     in_pools = False  # within an ISV server's pool section
@@ -118,17 +139,32 @@ def rlm_seats(lines: Sequence[str], product: str) -> Seats | Unreadable:
             used = int(pool["used"]) + int(pool["reserved"])
             seats.append(_seats(int(pool["count"]), used))
     if not seats:
-        return _missing("product", product, lines, "rlmstat")
+        return _missing(f"product {product}", rlm_server_lines(lines), "rlmstat", server)
     return Seats(sum(s.free for s in seats), sum(s.issued for s in seats))
+
+
+def rlm_server_lines(lines: Sequence[str]) -> list[str]:
+    """rlmstat's lines on its servers: all but each ISV server's pool and usage sections."""
+    kept, in_products = [], False
+    for line in lines:
+        if _RLM_PRODUCTS.fullmatch(line):
+            in_products = True
+        elif line.startswith("-----") or _RLM_SERVER.fullmatch(line):
+            in_products = False
+        if not in_products:
+            kept.append(line)
+    return kept
 
 
 def _seats(issued: int, used: int) -> Seats:
     return Seats(max(issued - used, 0), issued)
 
 
-def _missing(what: str, name: str, lines: Sequence[str], tool: str) -> Unreadable:
-    said = telling_line(lines)
-    return Unreadable(f"no {what} {name} in {tool}'s output" + (f": {said}" if said else ""))
+def _missing(named: str, server_lines: Sequence[str], tool: str, server: str) -> Unreadable:
+    """``named`` (``feature X``) is not in the output: the servers' error, if they printed one."""
+    errors = [line for line in server_lines if _ERROR.search(line)]
+    why = errors[0] if errors else f"{server} does not serve it"
+    return Unreadable(f"no {named} in {tool}'s output: {why}")
 
 
 def telling_line(lines: Sequence[str]) -> str:
