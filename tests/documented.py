@@ -1,5 +1,5 @@
-"""The worked examples of the documents, for the tests that run them: a topic's fenced TOML
-blocks, found as tests/test_docs_commands.py finds its command lines (the fences of
+"""The worked examples of the documents, for the tests that run them: a topic's fenced blocks
+(TOML, shell), found as tests/test_docs_commands.py finds its command lines (the fences of
 README.md and docs/*.md)."""
 
 from __future__ import annotations
@@ -9,23 +9,28 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-def toml_example(topic: str, containing: str) -> str:
-    """The one ```toml block of docs/``topic`` that holds ``containing``."""
+def example(topic: str, language: str, containing: str) -> str:
+    """The one `````language`` block of docs/``topic`` that holds ``containing``."""
     blocks: list[str] = []
-    language: str | None = None  # of the open block; None: outside any
+    opened: str | None = None  # the open block's language; None: outside any
     lines: list[str] = []
     for line in (DOCS / topic).read_text().splitlines():
         if not line.strip().startswith("```"):
             lines.append(line)
-        elif language is None:
-            language, lines = line.strip()[3:], []
+        elif opened is None:
+            opened, lines = line.strip()[3:], []
         else:
-            if language == "toml":
+            if opened == language:
                 blocks.append("\n".join(lines) + "\n")
-            language = None
+            opened = None
     found = [block for block in blocks if containing in block]
-    assert len(found) == 1, f"docs/{topic}: {len(found)} toml blocks hold {containing!r}"
+    assert len(found) == 1, f"docs/{topic}: {len(found)} {language} blocks hold {containing!r}"
     return found[0]
+
+
+def toml_example(topic: str, containing: str) -> str:
+    """The one ```toml block of docs/``topic`` that holds ``containing``."""
+    return example(topic, "toml", containing)
 
 
 def replaced(text: str, old: str, new: str) -> str:

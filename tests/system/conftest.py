@@ -14,6 +14,7 @@ Environment:
   TOKEN_RESOURCE_UPGRADE_DEB  a newer build of the same tree (default: built now)
   TOKEN_RESOURCE_BUNDLED_DEB  the self-contained .deb for Debian 11 (default: built now,
                               packaging/bundled.mk; only when a test runs on Debian 11)
+  TOKEN_RESOURCE_BUNDLED_UPGRADE_DEB  a newer build of it (default: built now)
   TOKEN_RESOURCE_IMAGE        the OCI archive under test (default: built now, `make image`)
 """
 
@@ -238,14 +239,12 @@ def build_bundled_deb(version: str, into: Path) -> Path:
     return into / f"token-resource-bundled_{version}_amd64.deb"
 
 
-@pytest.fixture(scope="session")
-def bundled_deb(session_dir: Path) -> Path:
-    """The bundled .deb under test: $TOKEN_RESOURCE_BUNDLED_DEB, else built once a session."""
-    given = os.environ.get("TOKEN_RESOURCE_BUNDLED_DEB")
+def given_or_built_bundled_deb(variable: str, version: str, into: Path) -> Path:
+    """The bundled .deb named by $``variable``, else ``version`` built into ``into``."""
+    given = os.environ.get(variable)
     problem = ""
     try:
-        version = harness.project_version()
-        deb = Path(given) if given else build_bundled_deb(version, session_dir / "bdeb")
+        deb = Path(given) if given else build_bundled_deb(version, into)
     except harness.HarnessError as error:
         problem = f"cannot build the bundled .deb: {error}"
     if problem:
@@ -253,6 +252,25 @@ def bundled_deb(session_dir: Path) -> Path:
     if not deb.is_file():
         pytest.fail(f"{deb} is missing", pytrace=False)
     return deb
+
+
+@pytest.fixture(scope="session")
+def bundled_deb(session_dir: Path) -> Path:
+    """The bundled .deb under test: $TOKEN_RESOURCE_BUNDLED_DEB, else built once a session."""
+    return given_or_built_bundled_deb(
+        "TOKEN_RESOURCE_BUNDLED_DEB", harness.project_version(), session_dir / "bdeb"
+    )
+
+
+@pytest.fixture(scope="session")
+def bundled_upgrade_deb(session_dir: Path) -> Path:
+    """A newer build of the same tree: $TOKEN_RESOURCE_BUNDLED_UPGRADE_DEB, else built once a
+    session."""
+    return given_or_built_bundled_deb(
+        "TOKEN_RESOURCE_BUNDLED_UPGRADE_DEB",
+        f"{harness.project_version()}+systest1",
+        session_dir / "bundled-new",
+    )
 
 
 @pytest.fixture(scope="session")

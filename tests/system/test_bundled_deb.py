@@ -17,7 +17,6 @@ Environment:
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -30,11 +29,9 @@ import pytest
 
 from tests.standin.apiserver import ApiServerStandin
 from tests.standin.apiserver.certificates import CertificateAuthority
-from tests.system import harness
 from tests.system.ansible_fleet import ANSIBLE_DIR, ansible_env, ansible_venv, missing_tools
 from tests.system.conftest import (
     BUNDLED_PRIVATE,
-    build_bundled_deb,
     copy_standin,
     started,
 )
@@ -78,27 +75,13 @@ SHIPPED = shipped_counts()
 
 
 @pytest.fixture(scope="module")
-def bundled_artifacts(session_dir: Path, bundled_deb: Path) -> Path:
+def bundled_artifacts(session_dir: Path, bundled_deb: Path, bundled_upgrade_deb: Path) -> Path:
     """The bundled .deb, a newer build of it and the kubelet stand-in, for /srv/test."""
     directory = session_dir / "bundled-artifacts"
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir()
-    newer = os.environ.get("TOKEN_RESOURCE_BUNDLED_UPGRADE_DEB")
-    problem = ""
-    try:
-        newer_deb = (
-            Path(newer)
-            if newer
-            else build_bundled_deb(f"{project_version()}+systest1", session_dir / "bundled-new")
-        )
-    except harness.HarnessError as error:
-        problem = f"cannot build the bundled .deb: {error}"
-    if problem:
-        pytest.fail(problem, pytrace=False)
-    if not newer_deb.is_file():
-        pytest.fail(f"{newer_deb} is missing", pytrace=False)
     shutil.copy(bundled_deb, directory / "bundled.deb")
-    shutil.copy(newer_deb, directory / "bundled-upgrade.deb")
+    shutil.copy(bundled_upgrade_deb, directory / "bundled-upgrade.deb")
     copy_standin(directory)
     return directory
 
