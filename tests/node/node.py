@@ -57,7 +57,7 @@ class RealNode:
     ) -> None:
         """``images``: archives imported into containerd beside the node's own (pause,
         busybox)."""
-        self.release = release
+        self.release = release  # "1.37", as tests/kube/programs.py's RELEASES
         self.images = images
         self.name = f"node-{release.replace('.', '-')}"
         self.control_plane = control_plane
@@ -72,6 +72,10 @@ class RealNode:
             release, directory / "kubelet", self.name, control_plane, self.containerd.endpoint
         )
         self._relay: Any = None
+
+    def at_least(self, release: str) -> bool:
+        """Whether the node's kubelet is of ``release`` ("1.37") or newer."""
+        return version_tuple(self.release) >= version_tuple(release)
 
     # The node's life
 
@@ -179,3 +183,7 @@ class RealNode:
     def allocatable(self, resource: str) -> str | None:
         value: str | None = self.node_object()["status"].get("allocatable", {}).get(resource)
         return value
+
+
+def version_tuple(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))

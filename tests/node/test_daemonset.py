@@ -100,7 +100,7 @@ def a_rollout_disturbs_nothing(
         f"meanwhile {'was rejected' if rejected else 'ran'}",
     )
     assert not rejected
-    if mode.advertise == "device-plugin" and node.release >= "1.37":
+    if mode.advertise == "device-plugin" and node.at_least("1.37"):
         assert min(offered) == 2, offered
     return running
 

@@ -114,7 +114,7 @@ def versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Installation, In
 def one_at_a_time(node: RealNode, mode: Mode) -> bool:
     """Whether the node's kubelet keeps one endpoint per device-plugin resource (before 1.37):
     a successor then registers as its predecessor leaves, not before."""
-    return mode.advertise == "device-plugin" and node.release < "v1.37"
+    return mode.advertise == "device-plugin" and not node.at_least("1.37")
 
 
 def upgrade(
