@@ -27,7 +27,7 @@ or host named ``failover`` is no failure.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from token_resource.config.model import FLEXLM, ProbeSpec
@@ -103,15 +103,11 @@ def flexlm_seats(lines: Sequence[str], feature: str, server: str) -> Seats | Unr
 def flexlm_server_lines(lines: Sequence[str]) -> list[str]:
     """lmstat's lines on its servers and vendor daemons: each server's, up to its ``Feature
     usage info:``, where its features' lines begin."""
-    kept, in_features = [], False
-    for line in lines:
-        if line.startswith("License server status:"):
-            in_features = False
-        elif line == "Feature usage info:":
-            in_features = True
-        if not in_features:
-            kept.append(line)
-    return kept
+    return _outside(
+        lines,
+        opens=lambda line: line == "Feature usage info:",
+        closes=lambda line: line.startswith("License server status:"),
+    )
 
 
 def rlm_seats(lines: Sequence[str], product: str, server: str) -> Seats | Unreadable:
@@ -145,13 +141,25 @@ def rlm_seats(lines: Sequence[str], product: str, server: str) -> Seats | Unread
 
 def rlm_server_lines(lines: Sequence[str]) -> list[str]:
     """rlmstat's lines on its servers: all but each ISV server's pool and usage sections."""
-    kept, in_products = [], False
+    return _outside(
+        lines,
+        opens=lambda line: _RLM_PRODUCTS.fullmatch(line) is not None,
+        closes=lambda line: line.startswith("-----") or _RLM_SERVER.fullmatch(line) is not None,
+    )
+
+
+def _outside(
+    lines: Sequence[str], opens: Callable[[str], bool], closes: Callable[[str], bool]
+) -> list[str]:
+    """``lines`` but the sections from a line that ``opens`` one to the line that ``closes``
+    it (that line kept: it begins what follows)."""
+    kept, inside = [], False
     for line in lines:
-        if _RLM_PRODUCTS.fullmatch(line):
-            in_products = True
-        elif line.startswith("-----") or _RLM_SERVER.fullmatch(line):
-            in_products = False
-        if not in_products:
+        if opens(line):
+            inside = True
+        elif closes(line):
+            inside = False
+        if not inside:
             kept.append(line)
     return kept
 
@@ -162,13 +170,18 @@ def _seats(issued: int, used: int) -> Seats:
 
 def _missing(named: str, server_lines: Sequence[str], tool: str, server: str) -> Unreadable:
     """``named`` (``feature X``) is not in the output: the servers' error, if they printed one."""
-    errors = [line for line in server_lines if _ERROR.search(line)]
+    errors = _errors(server_lines)
     why = errors[0] if errors else f"{server} does not serve it"
     return Unreadable(f"no {named} in {tool}'s output: {why}")
+
+
+def _errors(lines: Sequence[str]) -> list[str]:
+    """The lines that read as a tool's or a server's error, in order."""
+    return [line for line in lines if _ERROR.search(line)]
 
 
 def telling_line(lines: Sequence[str]) -> str:
     """The tool's own error if it printed one, else its last line: what a failure shows."""
     printed = [line.strip() for line in lines if line.strip()]
-    errors = [line for line in printed if _ERROR.search(line)]
+    errors = _errors(printed)
     return errors[0] if errors else printed[-1] if printed else ""
