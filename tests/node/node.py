@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from tests.kube.client import wait_until
 from tests.kube.controlplane import ControlPlane
 from tests.node.containerd import Containerd, PodNetwork
@@ -75,7 +77,7 @@ class RealNode:
 
     def at_least(self, release: str) -> bool:
         """Whether the node's kubelet is of ``release`` ("1.37") or newer."""
-        return version_tuple(self.release) >= version_tuple(release)
+        return Version(self.release) >= Version(release)
 
     # The node's life
 
@@ -183,7 +185,3 @@ class RealNode:
     def allocatable(self, resource: str) -> str | None:
         value: str | None = self.node_object()["status"].get("allocatable", {}).get(resource)
         return value
-
-
-def version_tuple(release: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in release.split("."))
