@@ -34,10 +34,18 @@ RPMBUILD_FLAGS ?= $(if $(wildcard /etc/debian_version),$(RPMBUILD_DEBIAN_FLAGS))
 # for el9, with the vendored watchdog: what tests/packaging/test_rpm_targets.py checks against
 # each distribution's packages. On the distribution itself leave it empty: its macros know.
 RPM_TARGET ?=
-RPM_TARGET_FLAGS_el9 := --define 'rhel 9' --define 'python3_version 3.9' \
-	--define 'python3_version_nodots 39'
+# The package's release (1 unless given): a rebuild of the same version that a repository's
+# users are to take, e.g. RPM_RELEASE=2.
+RPM_RELEASE ?=
+RPM_TARGET_FLAGS_el9 = --define 'rhel 9' --define 'python3_version 3.9' \
+	--define 'python3_version_nodots 39' --define 'python3_bytecompiler $(RPM_PYTHON_el9)'
 RPM_TARGET_FLAGS_fedora44 := --define 'python3_version 3.14' --define 'python3_version_nodots 314'
 RPM_TARGET_FLAGS_fedora45 := --define 'python3_version 3.15' --define 'python3_version_nodots 315'
+# EL9's packages carry bytecode compiled by a Python 3.9 (the one the Makefile's oldest
+# virtualenv is made with), so they install on EL9 as built: noarch, the layout and
+# requirements EL9's (tests/packaging/test_rpm_targets.py), the bytecode its interpreter's.
+# Fedora's targets have none (no Python 3.14 or 3.15 here): rebuild their source rpm there.
+RPM_PYTHON_el9 ?= $(firstword $(foreach p,python3.9 $(wildcard $(HOME)/.pyenv/versions/3.9*/bin/python3.9),$(shell $(p) -c '' 2>/dev/null && echo $(p))))
 # The wheel the EL9 build vendors (Source1; the spec checks its sha256), fetched with pip.
 RPM_WATCHDOG := watchdog==6.0.0
 RPM_PIP ?= python3 -m pip
@@ -66,9 +74,11 @@ rpm-sources:
 		--dest $(RPM_TOPDIR)/SOURCES '$(RPM_WATCHDOG)')
 
 rpm: rpm-sources
+	$(if $(filter el9,$(RPM_TARGET)),@test -n "$(RPM_PYTHON_el9)" || { echo "rpm.mk: RPM_TARGET=el9 needs a Python 3.9 (set RPM_PYTHON_el9)" >&2; exit 1; })
 	@command -v $(RPMBUILD) >/dev/null || { echo "rpm.mk: $(RPMBUILD) is required (apt-get install rpm)" >&2; exit 1; }
 	$(RPM_ENV) $(RPMBUILD) -ba --define '_topdir $(RPM_TOPDIR)' $(RPMBUILD_FLAGS) \
-		$(RPM_TARGET_FLAGS_$(RPM_TARGET)) $(RPM_BUILT_SPEC)
+		$(RPM_TARGET_FLAGS_$(RPM_TARGET)) $(if $(RPM_RELEASE),--define 'pkg_release $(RPM_RELEASE)') \
+		$(RPM_BUILT_SPEC)
 	mkdir -p $(RPM_DIST)
 	rm -f $(RPM_DIST)/$(RPM_NAME)-$(RPM_VERSION)-*.rpm
 	cp $(RPM_TOPDIR)/RPMS/noarch/$(RPM_NAME)-$(RPM_VERSION)-*.noarch.rpm \

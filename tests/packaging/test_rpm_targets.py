@@ -16,74 +16,19 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
+from tests.packaging.distributions import DISTRIBUTIONS
 from tests.packaging.test_rpm import NAME, REPO, project_version, run
 
 # Each target's package is built (rpmbuild): minutes under load.
 pytestmark = pytest.mark.timeout(600)
 
 
-@dataclass(frozen=True)
-class Distribution:
-    python: str  # the interpreter's X.Y: python(abi), python3.Ydist(...), site-packages
-    libraries: dict[str, str]  # python3-<project> package -> version, as in the indexes
-    systemd: str
-    vendors_watchdog: bool = False
-    # What every such system has: the shell and the interpreter's own package.
-    base: set[str] = field(default_factory=lambda: {"/bin/sh", "/usr/bin/python3"})
-
-    def provides(self) -> dict[str, str | None]:
-        """Capability -> version (None: unversioned), as these packages provide them."""
-        provided: dict[str, str | None] = dict.fromkeys(self.base)
-        provided["python(abi)"] = self.python
-        provided["systemd"] = self.systemd
-        for package, version in self.libraries.items():
-            project = package.removeprefix("python3-")
-            provided[package] = version
-            provided[f"python{self.python}dist({project})"] = version
-        return provided
-
-
-# Written from packages.fedoraproject.org (Fedora, EPEL) and RHEL 9 package listings; see the
-# table in packaging/README.md for the sources of each number.
-DISTRIBUTIONS = {
-    "el9": Distribution(
-        python="3.9",
-        libraries={
-            "python3-grpcio": "1.46.7",  # EPEL 9
-            "python3-protobuf": "3.14.0",  # RHEL 9 AppStream
-            "python3-sdnotify": "0.3.2",  # EPEL 9
-            "python3-tomli": "2.0.1",  # RHEL 9 AppStream
-        },
-        systemd="252",
-        vendors_watchdog=True,  # no python3-watchdog in RHEL 9 or EPEL 9
-    ),
-    "fedora44": Distribution(
-        python="3.14",
-        libraries={
-            "python3-grpcio": "1.48.4",
-            "python3-protobuf": "3.19.6",
-            "python3-watchdog": "6.0.0",
-            "python3-sdnotify": "0.3.2",
-        },
-        systemd="259.6",
-    ),
-    "fedora45": Distribution(
-        python="3.15",
-        libraries={
-            "python3-grpcio": "1.48.4",
-            "python3-protobuf": "6.33.5",
-            "python3-watchdog": "6.0.0",
-            "python3-sdnotify": "0.3.2",
-        },
-        systemd="262.1",
-    ),
-}
 VENDOR_DIR = f"/usr/lib/{NAME}/vendor"
 REQUIREMENT = re.compile(r"^(?P<name>\S+)(?: (?P<op>[<>=]+) (?P<version>\S+))?$")
 
@@ -194,3 +139,24 @@ def test_the_agent_imports_the_vendored_watchdog(build: Build) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()).is_relative_to(root / VENDOR_DIR.lstrip("/")), done.stdout
+
+
+def test_the_el9_build_carries_bytecode_of_el9s_python(build: Build) -> None:
+    """Built by a Python 3.9 (rpm.mk's RPM_PYTHON_el9): the agent never writes bytecode of its
+    own into site-packages, where no package would own it. The Fedora builds have no Python of
+    their release here, so no bytecode at all (never bytecode of this interpreter's)."""
+    files = build.query("-l")
+    sources = [path for path in files if path.endswith(".py")]
+    compiled = {path for path in files if path.endswith(".pyc")}
+    tag = "cpython-" + DISTRIBUTIONS[build.target].python.replace(".", "")
+    if build.target != "el9":
+        assert not compiled, sorted(compiled)[:5]
+        return
+    missing = []
+    for source in sources:
+        directory, _, name = source.rpartition("/")
+        for suffix in (".pyc", ".opt-1.pyc"):
+            if f"{directory}/__pycache__/{name[:-3]}.{tag}{suffix}" not in compiled:
+                missing.append(source + suffix)
+    assert sources
+    assert not missing, missing[:5]

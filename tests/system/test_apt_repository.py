@@ -1,4 +1,4 @@
-"""The signed apt repository (``make repo``: packaging/repo/apt-repo) in booted containers of
+"""The signed apt repository (``make repo``: packaging/repo/publish) in booted containers of
 each Debian release it serves: docs/install.md's commands as written (the repository a
 directory bound into the container, ``file:`` for ``https:``) install the package by name; a
 repository signed by another key is refused, whatever it offers; a newer build published is
@@ -21,7 +21,7 @@ from tests.system.node import AgentNode, wait_for
 
 pytestmark = pytest.mark.suites(*harness.BUNDLED_SUITES, *harness.SUITES)
 
-APT_REPO = harness.REPO / "packaging/repo/apt-repo"
+PUBLISH = harness.REPO / "packaging/repo/publish"
 INSIDE = "/srv/repositories"
 DOCUMENTED_URI = "https://packages.example.com/token-resource"
 SOURCES = "/etc/apt/sources.list.d/token-resource.sources"
@@ -39,7 +39,7 @@ def update_only(sources: str) -> str:
 
 
 class Repository:
-    """A repository made by packaging/repo/apt-repo under ``root/name``, its key its own."""
+    """A repository made by packaging/repo/publish under ``root/name``, its key its own."""
 
     def __init__(self, root: Path, name: str) -> None:
         self.name = name
@@ -53,7 +53,7 @@ class Repository:
 
     def publish(self, suite: str, deb: Path) -> None:
         harness.run(
-            [str(APT_REPO), str(self.out), str(self.state), str(self.gnupg), "", f"{suite}:{deb}"],
+            [str(PUBLISH), str(self.out), str(self.state), str(self.gnupg), "", f"{suite}:{deb}"],
             timeout=120,
         )
 
