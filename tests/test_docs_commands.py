@@ -1,6 +1,6 @@
 """Every ``token-resource ...`` command line in the READMEs and the man pages parses.
 
-The command lines are taken from where the documents show commands: in README.md, docs/*.md and
+The command lines are taken from where the documents show commands: in README.md, docs/**/*.md and
 packaging/ansible/README.md the code blocks, table cells and inline code that start with
 ``token-resource``, and in the man pages the
 SYNOPSIS, bold text and no-fill (``.nf``) blocks. A synopsis such as
@@ -23,7 +23,7 @@ from token_resource import cli
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 ANSIBLE_README = REPO / "packaging/ansible/README.md"
-TOPICS = sorted((REPO / "docs").glob("*.md"))
+TOPICS = sorted((REPO / "docs").rglob("*.md"))  # docs/evidence/ too
 MAN_PAGES = sorted((REPO / "packaging/man").glob("*.[58]"))
 PROGRAM = "token-resource"
 

@@ -739,7 +739,7 @@ def test_only_the_metrics_overlay_opens_a_port_and_its_annotations_name_it() -> 
 
 
 def test_the_docs_apply_only_kustomizations_that_exist_and_are_tested() -> None:
-    documents = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    documents = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     applied = {
         (document.name, path.rstrip("/"))
         for document in documents
