@@ -1,4 +1,4 @@
-"""docs/kubernetes.md's Helm section: every helm command line in its code blocks runs with the
+"""docs/helm.md: every helm command line in its code blocks runs with the
 real helm (installs and upgrades as a server-side dry run against the real API server, OCI
 commands up to the registry, which is not there), and its table names every value."""
 
@@ -15,7 +15,7 @@ from tests.kube.chart import CHART, EXAMPLES, ROOT, Helm
 from tests.kube.controlplane import ControlPlane
 from tests.kube.test_chart import VERSION
 
-DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "kubernetes.md"]
+DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "helm.md"]
 # A registry address nobody listens on: the OCI commands get as far as connecting.
 REGISTRY = "127.0.0.1:1"
 RELEASE = "tr-docs"
@@ -104,7 +104,7 @@ def paths(values: Any, prefix: str = "") -> list[str]:
 def test_the_table_names_every_value() -> None:
     """Each value is in the table, itself or by a part that holds it (``resources`` for
     ``resources.requests.cpu``), and the table names no value the chart lacks."""
-    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    text = (ROOT / "docs" / "helm.md").read_text()
     table = text[text.index("| Value | Default | What it sets |") :].split("\n\n", 1)[0]
     rows = table.splitlines()[2:]
     documented = {name for row in rows for name in re.findall(r"`([\w.]+)`", row.split("|")[1])}
