@@ -1,9 +1,10 @@
 """The worked examples of the documents, for the tests that run them: a topic's fenced blocks
 (TOML, shell), found as tests/test_docs_commands.py finds its command lines (the fences of
-README.md and docs/*.md)."""
+README.md and docs/*.md); and the anchors GitHub gives their headings, which links name."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -38,3 +39,12 @@ def replaced(text: str, old: str, new: str) -> str:
     which fails loudly once the document no longer says ``old``."""
     assert text.count(old) == 1, f"{old!r} is not once in:\n{text}"
     return text.replace(old, new)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: its rendered text lower-cased, everything but letters,
+    digits, spaces, ``-`` and ``_`` dropped, spaces made ``-``."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link: its text
+    text = text.replace("`", "").strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")

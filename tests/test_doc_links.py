@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.documented import slug
+
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = sorted(
     {
@@ -37,15 +39,6 @@ def prose_lines(path: Path) -> list[tuple[int, str]]:
         if not fenced:
             lines.append((number, line))
     return lines
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: its rendered text lower-cased, everything but letters,
-    digits, spaces, ``-`` and ``_`` dropped, spaces made ``-``."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link: its text
-    text = text.replace("`", "").strip().lower()
-    text = re.sub(r"[^\w\- ]", "", text)
-    return text.replace(" ", "-")
 
 
 def anchors(path: Path) -> set[str]:

@@ -6,7 +6,6 @@ must say. tests/deploy/test_prometheus.py runs them in a real Prometheus."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from tests.deploy.test_manifests import (
     kind_of,
     kustomize,
 )
+from tests.documented import slug
 
 # How the descriptions name the node: the target's node label, else its instance.
 NODE = "{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}"
@@ -82,7 +82,7 @@ def test_promtools_unit_tests_can_fail(tmp_path: Path) -> None:
 
 def test_each_alert_says_what_where_and_links_its_own_runbook_section() -> None:
     anchors = {
-        heading_anchor(line)
+        slug(line.removeprefix("### "))
         for line in OBSERVABILITY.read_text().splitlines()
         if line.startswith("### ")
     }
@@ -109,12 +109,6 @@ def test_each_alert_says_what_where_and_links_its_own_runbook_section() -> None:
             assert NODE in description, name
         if "resource" in fired[name]:
             assert "{{ $labels.resource }}" in description, name
-
-
-def heading_anchor(line: str) -> str:
-    """GitHub's anchor of a Markdown heading."""
-    text = line.lstrip("#").strip().lower()
-    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
 def test_the_overlays_prometheus_rule_is_the_rule_file_under_its_spec(tmp_path: Path) -> None:
