@@ -23,11 +23,11 @@ import pytest
 from tests.documented import example, replaced
 from tests.packaging.distributions import DISTRIBUTIONS
 from tests.packaging.test_rpm import NAME, REPO, project_version, run
+from tests.repositories import Repository
 
 # Two builds of the package (rpmbuild) and a stand-in: a minute under load.
 pytestmark = pytest.mark.timeout(600)
 
-PUBLISH = REPO / "packaging/repo/publish"
 DOCUMENTED_URL = "https://packages.example.com/token-resource"
 DOCUMENTED_KEY = "/etc/pki/rpm-gpg/RPM-GPG-KEY-token-resource"
 TOOLS = ("rpm", "rpmbuild", "rpmsign", "createrepo_c", "dnf", "gpg", "make", "git")
@@ -101,18 +101,6 @@ def builds() -> Iterator[Builds]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-class Repository:
-    """A repository made by packaging/repo/publish under ``root/name``, its key its own."""
-
-    def __init__(self, root: Path, name: str) -> None:
-        self.out = root / name
-        self.state = root / f"{name}.state"
-        self.gnupg = root / f"{name}.gnupg"
-
-    def publish(self, rpm: Path) -> None:
-        run([str(PUBLISH), str(self.out), str(self.state), str(self.gnupg), "", f"el9:{rpm}"], 120)
-
-
 class Host:
     """An installation root that dnf installs into, as a node's / would be."""
 
@@ -172,7 +160,7 @@ def test_the_documented_commands_install_the_package_by_name_signed(
     the key to where the .repo file says, the package by name; enabling the unit is left out
     (no systemd in the root: tests/system boots the .deb's)."""
     repository = Repository(tmp_path, "main")
-    repository.publish(builds.first)
+    repository.publish("el9", builds.first)
     script = example("install.md", "sh", DOCUMENTED_KEY)
     script = replaced(script, DOCUMENTED_KEY, str(tmp_path / "key.asc"))
     script = replaced(script, f"dnf install {NAME} ", " ".join(host.dnf_command("install", NAME)))
@@ -192,10 +180,10 @@ def test_the_documented_commands_install_the_package_by_name_signed(
 
 def test_dnf_upgrade_takes_a_newer_build(builds: Builds, host: Host, tmp_path: Path) -> None:
     repository = Repository(tmp_path, "main")
-    repository.publish(builds.first)
-    shutil.copy(repository.out / "token-resource.asc", tmp_path / "key.asc")
+    repository.publish("el9", builds.first)
+    shutil.copy(repository.armored_key, tmp_path / "key.asc")
     host.dnf("install", NAME)
-    repository.publish(builds.newer)
+    repository.publish("el9", builds.newer)
     upgraded = host.dnf("--refresh", "upgrade")
     assert host.installed(NAME) == f"{project_version()}-2", upgraded.stdout
     # Both builds stay published, for `dnf downgrade`.
@@ -207,9 +195,9 @@ def test_a_repository_signed_by_another_key_is_refused(
 ) -> None:
     """The node trusts one key; the repository at its URL is another's, offering the package."""
     trusted = Repository(tmp_path, "trusted")
-    trusted.publish(builds.first)
-    shutil.copy(trusted.out / "token-resource.asc", tmp_path / "key.asc")
-    Repository(tmp_path, "main").publish(builds.first)
+    trusted.publish("el9", builds.first)
+    shutil.copy(trusted.armored_key, tmp_path / "key.asc")
+    Repository(tmp_path, "main").publish("el9", builds.first)
     refused = host.dnf("install", NAME, check=False)
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0, said

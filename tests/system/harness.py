@@ -530,3 +530,8 @@ def build_deb(version: str, into: Path) -> Path:
         timeout=600,
     )
     return into / f"token-resource_{version}_all.deb"
+
+
+def deb_version(deb: Path) -> str:
+    """The Version of the .deb ``deb``."""
+    return run(["dpkg-deb", "--field", str(deb), "Version"], timeout=30).stdout.strip()

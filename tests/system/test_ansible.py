@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.repositories import Repository
 from tests.system import harness
 from tests.system.ansible_fleet import (
     ANSIBLE_DIR,
@@ -369,22 +370,15 @@ def test_state_absent_removes_package_and_config(fleet: Fleet) -> None:
 
 
 def test_the_role_adds_the_repository_and_installs_from_it_by_name(
-    fleet: Fleet, artifacts: Path, session_dir: Path
+    fleet: Fleet, artifacts: Path
 ) -> None:
     """After the removal: the role given the repository's URL and key (and no package file)
     adds the repository `make repo` builds (packaging/repo/publish; bound into the hosts at
     /srv/test) and installs token-resource by name from it; removing takes the repository
     away too. The hosts cannot reach Debian's mirror: they keep its package lists, from which
     the package's dependencies come (their files in the apt cache)."""
-    repository = artifacts / "repository"
-    harness.run(
-        [
-            str(harness.REPO / "packaging/repo/publish"), str(repository),
-            str(session_dir / "repository.state"), str(session_dir / "repository.gnupg"), "",
-            f"{harness.DEFAULT_SUITE}:{artifacts / 'token-resource.deb'}",
-        ],
-        timeout=120,
-    )  # fmt: skip
+    repository = Repository(artifacts, "repository")  # bound into the hosts at /srv/test
+    repository.publish(harness.DEFAULT_SUITE, artifacts / "token-resource.deb")
     for node in fleet.nodes.values():
         node.sh(
             "mv /etc/apt/sources.list /etc/apt/sources.list.unreachable && "
@@ -393,13 +387,11 @@ def test_the_role_adds_the_repository_and_installs_from_it_by_name(
     from_repository = {
         "token_resource_package_file": "",
         "token_resource_repository_url": "file:/srv/test/repository",
-        "token_resource_repository_key": str(repository / "token-resource.asc"),
+        "token_resource_repository_key": str(repository.armored_key),
     }
     run = fleet.playbook(extra_vars=from_repository)
     assert run.returncode == 0, str(run)
-    deb_version = harness.run(
-        ["dpkg-deb", "--field", str(artifacts / "token-resource.deb"), "Version"], timeout=30
-    ).stdout.strip()
+    deb_version = harness.deb_version(artifacts / "token-resource.deb")
     for host, node in fleet.nodes.items():
         assert run.ran(host, "Add the repository for apt", "changed"), str(run)
         assert not run.ran(host, INSTALL_FILE, "changed"), str(run)

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.documented import example, replaced
+from tests.repositories import Repository
 from tests.system import harness
 from tests.system.conftest import started
 from tests.system.node import AgentNode, wait_for
 
 pytestmark = pytest.mark.suites(*harness.BUNDLED_SUITES, *harness.SUITES)
 
-PUBLISH = harness.REPO / "packaging/repo/publish"
 INSIDE = "/srv/repositories"
 DOCUMENTED_URI = "https://packages.example.com/token-resource"
 SOURCES = "/etc/apt/sources.list.d/token-resource.sources"
@@ -38,24 +38,9 @@ def update_only(sources: str) -> str:
     )
 
 
-class Repository:
-    """A repository made by packaging/repo/publish under ``root/name``, its key its own."""
-
-    def __init__(self, root: Path, name: str) -> None:
-        self.name = name
-        self.out = root / name
-        self.state = root / f"{name}.state"
-        self.gnupg = root / f"{name}.gnupg"
-
-    @property
-    def uri(self) -> str:
-        return f"file:{INSIDE}/{self.name}"
-
-    def publish(self, suite: str, deb: Path) -> None:
-        harness.run(
-            [str(PUBLISH), str(self.out), str(self.state), str(self.gnupg), "", f"{suite}:{deb}"],
-            timeout=120,
-        )
+def uri(repository: Repository) -> str:
+    """Where the node finds ``repository``: the directory bound into it."""
+    return f"file:{INSIDE}/{repository.name}"
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +74,6 @@ def version_of(node: AgentNode, package: str) -> str:
     return node.exec(["dpkg-query", "-W", "-f=${Version}", package]).stdout
 
 
-def deb_version(deb: Path) -> str:
-    return harness.run(["dpkg-deb", "--field", str(deb), "Version"], timeout=30).stdout.strip()
-
-
 def active_pid(node: AgentNode) -> int:
     """The agent's main PID, once the unit is active."""
     return wait_for(
@@ -109,13 +90,13 @@ def test_the_documented_commands_install_the_package_by_name(
     repository = Repository(repositories, "main")
     repository.publish(suite, deb)
     script = example("install.md", "sh", SOURCES)
-    script = replaced(script, DOCUMENTED_URI, repository.uri)
+    script = replaced(script, DOCUMENTED_URI, uri(repository))
     script = replaced(script, "Suites: bookworm", f"Suites: {suite}")
     script = replaced(script, "apt-get update\n", update_only(SOURCES) + "\n")
     script = replaced(script, "apt-get install token-resource ", f"apt-get install -q {name} ")
     # The key is copied to the node first, as the document says: here, it is the repository's.
     installed = node.sh(f"cd {INSIDE}/main && {{\n{script}}}", timeout=300)
-    assert version_of(node, name) == deb_version(deb), installed.stdout
+    assert version_of(node, name) == harness.deb_version(deb), installed.stdout
     assert "is not signed" not in installed.stdout + installed.stderr
     key = hashlib.sha256((repository.out / "token-resource.gpg").read_bytes()).hexdigest()
     assert node.exec(["sha256sum", KEYRING]).stdout.split()[0] == key
@@ -133,17 +114,17 @@ def test_a_repository_signed_by_another_key_is_refused(
     sources = "/etc/apt/sources.list.d/impostor.sources"
     node.write(
         sources,
-        f"Types: deb\nURIs: {impostor.uri}\nSuites: {suite}\nComponents: main\n"
+        f"Types: deb\nURIs: {uri(impostor)}\nSuites: {suite}\nComponents: main\n"
         f"Signed-By: {KEYRING}\n",
     )
     refused = node.sh(update_only(sources), check=False, timeout=120)
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0, said
     # gpgv (Debian 11, 12) says NO_PUBKEY first, sqv (13) "Missing key"; then both this.
-    assert f"The repository '{impostor.uri} {suite} InRelease' is not signed." in said, said
+    assert f"The repository '{uri(impostor)} {suite} InRelease' is not signed." in said, said
     node.sh(f"rm {sources} && {update_only(SOURCES)}", timeout=120)
     node.exec(["apt-get", "upgrade", "-q"], timeout=300)
-    assert version_of(node, name) == deb_version(deb)
+    assert version_of(node, name) == harness.deb_version(deb)
 
 
 def test_apt_get_upgrade_takes_a_newer_build_and_hands_over(
@@ -153,6 +134,6 @@ def test_apt_get_upgrade_takes_a_newer_build_and_hands_over(
     before = active_pid(node)
     Repository(repositories, "main").publish(suite, newer)
     upgraded = node.sh(f"{update_only(SOURCES)} && apt-get upgrade -q", timeout=300)
-    assert version_of(node, name) == deb_version(newer), upgraded.stdout
+    assert version_of(node, name) == harness.deb_version(newer), upgraded.stdout
     assert active_pid(node) != before
     assert node.show("NRestarts") == "0"
