@@ -32,7 +32,7 @@ REPO_NATIVE_DEBS ?= $(DEB_FILE)
 REPO_BUNDLED_DEBS ?= $(BUNDLED_DEB_FILE)
 REPO_EL9_DIST := dist/el9
 # rpm.mk (RPM_VERSION) is read after this file: expanded when used.
-REPO_EL9_RPM = $(REPO_EL9_DIST)/token-resource-$(RPM_VERSION)-1.noarch.rpm
+REPO_EL9_RPM = $(REPO_EL9_DIST)/token-resource-$(RPM_VERSION)-$(or $(RPM_RELEASE),1).noarch.rpm
 REPO_EL9_RPMS ?= $(REPO_EL9_RPM) $(BUNDLED_RPM_FILE)
 
 .PHONY: repo repo-packages
