@@ -32,7 +32,7 @@ make_venv = { scratch=$$(mktemp -d) && TMPDIR=$$scratch $(1) -m venv $(2); statu
 run_pytest = base=$$(mktemp -d "$${TMPDIR:-/tmp}/token-resource-pytest.XXXXXX") && \
 	{ env $(2) $(1) -m pytest --basetemp="$$base/run" $(3); status=$$?; rm -rf "$$base"; exit $$status; }
 
-.PHONY: all demo test quick lint unit $(addprefix unit-,$(UNIT_VENVS)) proto proto-check prometheus-rule \
+.PHONY: all demo test quick lint unit $(addprefix unit-,$(UNIT_VENVS)) proto proto-check prometheus-rule diagrams \
 	clean
 
 all: test
@@ -132,6 +132,13 @@ prometheus-rule:
 	{ sed -n '1,/^spec:$$/p' $(MONITORING)/prometheusrule.yaml && \
 		sed 's/^\(.\)/  \1/' $(MONITORING)/token-resource.rules.yml; } > $(MONITORING)/prometheusrule.yaml.new
 	mv $(MONITORING)/prometheusrule.yaml.new $(MONITORING)/prometheusrule.yaml
+
+# The docs' pictures: each docs/diagrams/*.dot drawn by Graphviz into the .svg beside it, which the
+# docs show (tests/test_diagrams.py fails when a committed picture differs from its source).
+DIAGRAMS := $(patsubst %.dot,%.svg,$(wildcard docs/diagrams/*.dot))
+diagrams: $(DIAGRAMS)
+docs/diagrams/%.svg: docs/diagrams/%.dot
+	dot -Tsvg $< -o $@
 
 clean:
 	rm -rf $(VENV_DIR) dist build agent/*.egg-info
