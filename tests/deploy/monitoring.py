@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from token_resource._compat import tomllib
+
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy" / "kubernetes" / "overlays" / "metrics" / "monitoring"
 RULES = MONITORING / "token-resource.rules.yml"
@@ -22,6 +24,14 @@ PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
 OBSERVABILITY = REPO / "docs" / "observability.md"
 # Where the packages install the rules, the tests and the dashboard (the docs' paths).
 INSTALLED_EXAMPLES = "/usr/share/doc/token-resource/examples"
+
+
+def runbook_base() -> str:
+    """Where each alert's runbook_url points: docs/observability.md of the rules' own version,
+    at the project's home (the chart's `home`) under the tag v<pyproject.toml's version>."""
+    home = yaml.safe_load((REPO / "deploy" / "helm" / "token-resource" / "Chart.yaml").read_text())
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    return f"{home['home']}/blob/v{version}/docs/observability.md"
 
 
 def tool(name: str) -> str:

@@ -25,6 +25,7 @@ from tests.deploy.monitoring import (
     documented_commands,
     documented_prometheus_config,
     promtool,
+    runbook_base,
     shipped_rules,
 )
 from tests.deploy.test_manifests import (
@@ -100,7 +101,7 @@ def test_each_alert_says_what_where_and_links_its_own_runbook_section() -> None:
         assert rule["labels"]["severity"] in ("warning", "critical"), name
         assert "for" in rule, name
         runbook = annotations["runbook_url"]
-        assert runbook == f"docs/observability.md#{name.lower()}", name
+        assert runbook == f"{runbook_base()}#{name.lower()}", name
         assert name.lower() in anchors, f"docs/observability.md has no section ### {name}"
         description = annotations["description"]
         if name in CLUSTER_POOL_ALERTS:

@@ -29,6 +29,7 @@ from tests.deploy.monitoring import (
     alerting_rules,
     dashboard_queries,
     documented_prometheus_config,
+    runbook_base,
     shipped_rules,
     tool,
 )
@@ -224,7 +225,7 @@ def test_alerts_fire_and_resolve_and_every_panel_shows_series(
         assert alert["labels"]["job"] == "token-resource"
         node = alert["labels"]["instance"]
         assert f"{LICENSE} on node {node}" in alert["annotations"]["description"], alert
-        assert alert["annotations"]["runbook_url"] == f"docs/observability.md#{name.lower()}"
+        assert alert["annotations"]["runbook_url"] == f"{runbook_base()}#{name.lower()}"
         # Prometheus's own record of the pending: active since FOR_SECONDS before firing.
         assert fired_by - unix_time(alert["activeAt"]) >= FOR_SECONDS, (alert, fired_by)
     assert firing["TokenResourceTokensUnhealthy"]["value"] in ("1", "1e+00")
