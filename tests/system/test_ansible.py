@@ -41,6 +41,14 @@ WRITE_CONFIG = "Write /etc/token-resource.toml (validated by token-resource chec
 INSTALL_FILE = "Install the package file with apt"
 RELOAD = "Reload token-resource"
 HANDOVER = "Hand over to the new token-resource"
+# A floating license of a FlexNet triad, as docs/cluster-pools.md configures one.
+TRIAD = "27000@license-1,27000@license-2,27000@license-3"
+SOLVER = {
+    "count": 20,
+    "advertise": "dra",
+    "scope": "cluster",
+    "probe": {"flexlm": TRIAD, "feature": "solver"},
+}
 # Starts the kubelet stand-in (which imports the agent's package) once the .deb is installed.
 KUBELET_PATH_UNIT = """\
 [Unit]
@@ -399,6 +407,28 @@ def test_the_role_adds_the_repository_and_installs_from_it_by_name(
         policy = node.exec(["apt-cache", "policy", "token-resource"]).stdout
         assert "file:/srv/test/repository" in policy, (host, policy)
     assert_serves(fleet, fleet.expected_counts())
+
+    # A cluster pool counted by a flexlm probe, from the role's variables: the hosts' own
+    # `token-resource check` validates the file before it replaces the old one, and their
+    # agents take it (a new [dra] is read at start: a handover). No kubelet registers a DRA
+    # driver here, so the role checks the status without registrations.
+    pooled = {
+        **from_repository,
+        "token_resource_resources": {"example.com/token": 3, "example.com/solver": SOLVER},
+        "token_resource_dra": {"driver": "tokens.example.com"},
+        "token_resource_verify_registered": False,
+    }
+    run = fleet.playbook(extra_vars=pooled)
+    assert run.returncode == 0, str(run)
+    for host, node in fleet.nodes.items():
+        assert run.ran(host, WRITE_CONFIG, "changed"), str(run)
+        check = node.exec(["token-resource", "check"]).stdout
+        assert f"probe: flexlm {TRIAD} feature solver" in check, (host, check)
+        assert "cluster-wide: 20 token(s)" in check, (host, check)
+        status = json.loads(node.exec(["token-resource", "status", "--json"]).stdout)
+        served = {entry["name"]: entry for entry in status["resources"]}
+        assert served["example.com/solver"]["advertise"] == "dra", (host, served)
+        node.wait_for_counts({"example.com/token": 3})
     run = fleet.playbook(extra_vars={**from_repository, "token_resource_state": "absent"})
     assert run.returncode == 0, str(run)
     for host, node in fleet.nodes.items():
